@@ -1,0 +1,303 @@
+"""Tiny Cosmos3 checkpoints with random weights, built offline in seconds.
+
+Real upstream classes at toy sizes: `Cosmos3OmniTransformer`, `AutoencoderKLWan` (Wan2.2 style),
+`UniPCMultistepScheduler`, a byte-level tokenizer with the Cosmos3 chat template and vision
+tokens, and a Qwen3-VL ViT for the reasoner. Tests, examples, benchmarks and `cosmos-train
+quickstart` use these; a real run passes a hub id or a folder to the same loading code instead.
+
+    from cosmos_train import tiny
+    repo = tiny.save_tiny_cosmos3("/tmp/tiny-cosmos3")            # diffusers export layout
+    layouts = tiny.save_tiny_cosmos3_layouts("/tmp/layouts")      # one folder per layout
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+# Text tower sizes (head_dim 16 -> 8 rotary pairs split 4/2/2 over t/h/w).
+HIDDEN = 64
+HEAD_DIM = 16
+HEADS = 4
+KV_HEADS = 2
+LAYERS = 2
+INTERMEDIATE = 128
+MROPE_SECTION = [4, 2, 2]
+ROPE_THETA = 5_000_000.0
+# Wan2.2 VAE at toy width: 16x spatial (8x conv + 2x2 patchify), 4x temporal compression.
+LATENT_CHANNELS = 8
+LATENT_PATCH = 2
+ACTION_DIM = 16
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+
+# Qwen-style chat template: plain strings or typed content lists with image/video entries.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' or 'image' in part -%}"
+    "{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- elif part['type'] == 'video' or 'video' in part -%}"
+    "{{- '<|vision_start|><|video_pad|><|vision_end|>' -}}"
+    "{%- elif 'text' in part -%}{{- part['text'] -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+def build_tokenizer():
+    """A byte-level BPE tokenizer (256 byte tokens, no merges) with the Cosmos3 special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import PreTrainedTokenizerFast
+
+    byte_alphabet = ByteLevel.alphabet()
+    vocab = {symbol: index for index, symbol in enumerate(sorted(byte_alphabet))}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:]})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.model_max_length = 4096
+    return tokenizer
+
+
+def vocab_size(tokenizer) -> int:
+    """Embedding rows: the tokenizer's size rounded up to a multiple of 8."""
+    return (len(tokenizer) + 7) // 8 * 8
+
+
+def build_transformer(tokenizer, action: bool = False, sound: bool = False, seed: int = 0):
+    from diffusers import Cosmos3OmniTransformer
+
+    torch.manual_seed(seed)
+    transformer = Cosmos3OmniTransformer(
+        head_dim=HEAD_DIM,
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        num_hidden_layers=LAYERS,
+        latent_channel=LATENT_CHANNELS,
+        latent_patch_size=LATENT_PATCH,
+        patch_latent_dim=LATENT_CHANNELS * LATENT_PATCH**2,
+        rope_theta=ROPE_THETA,
+        rope_scaling={"mrope_section": MROPE_SECTION, "mrope_interleaved": True, "rope_type": "default"},
+        vocab_size=vocab_size(tokenizer),
+        action_gen=action,
+        action_dim=ACTION_DIM if action else None,
+        sound_gen=sound,
+        sound_dim=64 if sound else None,
+    )
+    _randomize(transformer)
+    return transformer.eval()
+
+
+def _randomize(module: torch.nn.Module) -> None:
+    """Random weights everywhere, so a missed or misnamed tensor always changes outputs."""
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            if "norm" in name:
+                parameter.copy_(1.0 + 0.1 * torch.randn_like(parameter))
+            else:
+                parameter.normal_(0.0, 0.05)
+
+
+def build_vae(seed: int = 0):
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(seed)
+    vae = AutoencoderKLWan(
+        base_dim=8,
+        decoder_base_dim=8,
+        z_dim=LATENT_CHANNELS,
+        dim_mult=[1, 2, 2, 2],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        is_residual=True,
+        in_channels=3 * 2 * 2,
+        out_channels=3 * 2 * 2,
+        patch_size=2,
+        scale_factor_temporal=4,
+        scale_factor_spatial=16,
+        latents_mean=[0.0] * LATENT_CHANNELS,
+        latents_std=[1.0] * LATENT_CHANNELS,
+    )
+    return vae.eval()
+
+
+def build_scheduler():
+    from diffusers import UniPCMultistepScheduler
+
+    return UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0, num_train_timesteps=1000
+    )
+
+
+def vision_config():
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+
+    return Qwen3VLVisionConfig(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        patch_size=8,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        out_hidden_size=HIDDEN,
+        num_position_embeddings=64,
+        deepstack_visual_indexes=[0],
+    )
+
+
+def build_vision_encoder(seed: int = 0):
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+
+    torch.manual_seed(seed)
+    encoder = Qwen3VLVisionModel(vision_config())
+    _randomize(encoder)
+    return encoder.eval()
+
+
+def reasoner_config(tokenizer):
+    """The transformers `cosmos3_omni` config matching the tiny transformer's reasoner tower."""
+    from transformers import AutoConfig
+
+    ids = tokenizer.convert_tokens_to_ids
+    return AutoConfig.for_model(
+        "cosmos3_omni",
+        text_config={
+            "vocab_size": vocab_size(tokenizer),
+            "hidden_size": HIDDEN,
+            "intermediate_size": INTERMEDIATE,
+            "num_hidden_layers": LAYERS,
+            "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS,
+            "head_dim": HEAD_DIM,
+            "rms_norm_eps": 1e-6,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": ROPE_THETA,
+                "mrope_section": MROPE_SECTION,
+                "mrope_interleaved": True,
+            },
+            "max_position_embeddings": 4096,
+            "tie_word_embeddings": False,
+        },
+        vision_config=vision_config().to_dict(),
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def build_processor(tokenizer):
+    """A Qwen3-VL processor (image + video) around the tiny tokenizer, sized for the tiny ViT."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    config = vision_config()
+    side = config.patch_size * config.spatial_merge_size
+    size = {"shortest_edge": side * side, "longest_edge": 64 * side * side}
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=config.patch_size, merge_size=config.spatial_merge_size, size=size
+    )
+    video_processor = Qwen3VLVideoProcessor(
+        patch_size=config.patch_size,
+        merge_size=config.spatial_merge_size,
+        temporal_patch_size=config.temporal_patch_size,
+        size=size,
+        fps=2,
+        min_frames=2,
+        max_frames=8,
+    )
+    return Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def build_pipeline(action: bool = False, sound: bool = False, seed: int = 0):
+    """The tiny diffusers `Cosmos3OmniPipeline` (safety checker off: it needs cosmos_guardrail)."""
+    from diffusers import Cosmos3OmniPipeline
+
+    tokenizer = build_tokenizer()
+    return Cosmos3OmniPipeline(
+        transformer=build_transformer(tokenizer, action=action, sound=sound, seed=seed),
+        text_tokenizer=tokenizer,
+        vae=build_vae(seed=seed),
+        scheduler=build_scheduler(),
+        enable_safety_checker=False,
+    )
+
+
+@dataclass
+class TinyCosmos3:
+    """Where `save_tiny_cosmos3` put things."""
+
+    path: Path
+    action: bool
+    sound: bool
+
+
+def save_tiny_cosmos3(path: str | Path, action: bool = False, sound: bool = False, seed: int = 0) -> Path:
+    """Write a tiny Cosmos3 repo in the framework-export diffusers layout.
+
+    The folder holds the diffusers pipeline plus the `vision_encoder/` sidecar, the root
+    `config.json` and the root safetensors index, so diffusers, transformers and vLLM all load it.
+    Sound generation is a transformer variant only: the audio VAE is not part of the tiny repo.
+    """
+    from diffusers_cosmos3.export import save_export
+
+    pipeline = build_pipeline(action=action, sound=sound, seed=seed)
+    tokenizer = pipeline.text_tokenizer
+    return save_export(
+        pipeline,
+        Path(path),
+        vision_encoder=build_vision_encoder(seed=seed),
+        reasoner_config=reasoner_config(tokenizer),
+        processor=build_processor(tokenizer),
+    )
+
+
+def save_tiny_cosmos3_layouts(root: str | Path, action: bool = False, seed: int = 0) -> dict[str, Path]:
+    """The same tiny model in every checkpoint layout: {layout name: folder}."""
+    from diffusers_cosmos3.convert import convert
+
+    root = Path(root)
+    diffusers_dir = save_tiny_cosmos3(root / "diffusers", action=action, seed=seed)
+    folders = {"diffusers": diffusers_dir}
+    for layout in ("transformers", "flat", "framework", "vllm"):
+        folders[layout] = convert(diffusers_dir, root / layout, to=layout)
+    return folders
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,214 @@
+"""`cosmos3-convert`: rewrite a Cosmos3 checkpoint from any layout into any other.
+
+The source layout is detected. Every tensor goes through the one key table in
+`transformers_cosmos3.layouts`; action and sound heads are kept. A checkpoint that does not map
+fully is refused with the list of offending keys, and nothing is written. Output folders appear
+atomically.
+
+Non-diffusers layouts keep the weights at the root (`model.safetensors`, sharded with an index
+when large), the reasoner `config.json` and tokenizer/processor files at the root, and the rest
+of the diffusers repo (model_index.json, the transformer and ViT configs, vae/, scheduler/,
+text_tokenizer/, ...) under `pipeline/`, so converting back gives the same repo.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+from transformers_cosmos3.checkpoint import (
+    DIFFUSERS_WEIGHT_FOLDERS,
+    INDEX_SUFFIX,
+    atomic_directory,
+    checkpoint_tensor_files,
+    load_tensors,
+    save_sharded,
+)
+from transformers_cosmos3.layouts import Layout, canonical_names, is_vision_key, to_layout
+
+from .export import write_root_index
+
+PIPELINE_FOLDER = "pipeline"
+
+
+class ConversionError(ValueError):
+    """The checkpoint cannot be converted as asked; the message says why."""
+
+
+@dataclass
+class SourceCheckpoint:
+    """A Cosmos3 checkpoint folder: where its tensors are and what they are called canonically."""
+
+    folder: Path
+    layout: Layout
+    files: dict[str, Path]  # stored tensor name -> file
+    canonical: dict[str, str]  # stored tensor name -> canonical name
+    pipeline_dir: Path  # where model_index.json, transformer/config.json, vae/, ... live
+
+    @property
+    def transformer_config(self) -> dict:
+        return _read_json(self.pipeline_dir / "transformer" / "config.json")
+
+    @property
+    def vision_config_path(self) -> Path:
+        return self.pipeline_dir / "vision_encoder" / "config.json"
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise ConversionError(f"{path} is missing; it is needed to check the tensors against the architecture")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ConversionError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from error
+
+
+def open_checkpoint(folder: str | Path, prefer_ema: bool = True) -> SourceCheckpoint:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ConversionError(f"{folder} is not a folder")
+    layout, files = checkpoint_tensor_files(folder)
+    pipeline_dir = folder if layout is Layout.DIFFUSERS else folder / PIPELINE_FOLDER
+    canonical = canonical_names(files, layout, prefer_ema=prefer_ema)
+    return SourceCheckpoint(folder, layout, files, canonical, pipeline_dir)
+
+
+def expected_tensors(source: SourceCheckpoint) -> set[str]:
+    """Canonical tensor names of the architecture the configs describe (built on the meta device)."""
+    from diffusers import Cosmos3OmniTransformer
+
+    with torch.device("meta"):
+        transformer = Cosmos3OmniTransformer.from_config(source.transformer_config)
+        names = set(transformer.state_dict())
+        if source.vision_config_path.is_file():
+            from transformers import AutoConfig
+            from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+
+            vision = Qwen3VLVisionModel(AutoConfig.from_pretrained(source.vision_config_path.parent))
+            names |= set(vision.state_dict())
+    return names
+
+
+def check_complete(source: SourceCheckpoint) -> None:
+    """Refuse a checkpoint with tensors the architecture lacks, or without tensors it needs."""
+    expected = expected_tensors(source)
+    unmapped = sorted(stored for stored, name in source.canonical.items() if name not in expected)
+    if unmapped:
+        raise ConversionError(f"{len(unmapped)} tensor(s) in {source.folder} map to no Cosmos3 weight: {unmapped}")
+    missing = sorted(expected - set(source.canonical.values()))
+    if missing:
+        raise ConversionError(f"{source.folder} lacks {len(missing)} tensor(s) the architecture needs: {missing}")
+    counts: dict[str, list[str]] = {}
+    for stored, name in source.canonical.items():
+        counts.setdefault(name, []).append(stored)
+    clashes = {name: stored for name, stored in counts.items() if len(stored) > 1}
+    if clashes:
+        raise ConversionError(f"several tensors map to the same weight: {clashes}")
+
+
+def _copy(item: Path, target: Path) -> None:
+    if item.is_dir():
+        shutil.copytree(item, target)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(item, target)
+
+
+def _is_weight_file(path: Path) -> bool:
+    return path.name.endswith((".safetensors", INDEX_SUFFIX))
+
+
+def _copy_metadata(source: SourceCheckpoint, scratch: Path, to: Layout) -> None:
+    """Carry every non-weight file across, moving pipeline parts between root and `pipeline/`."""
+    pipeline_target = scratch if to is Layout.DIFFUSERS else scratch / PIPELINE_FOLDER
+    root_items = [p for p in source.folder.iterdir() if not _is_weight_file(p)]
+    if source.layout is Layout.DIFFUSERS:
+        pipeline_items = [p for p in root_items if p.is_dir() or p.name == "model_index.json"]
+        root_items = [p for p in root_items if p not in pipeline_items]
+    else:
+        pipeline_items = list(source.pipeline_dir.iterdir()) if source.pipeline_dir.is_dir() else []
+        root_items = [p for p in root_items if p.name != PIPELINE_FOLDER]
+    for item in root_items:
+        _copy(item, scratch / item.name)
+    for item in pipeline_items:
+        if item.name in DIFFUSERS_WEIGHT_FOLDERS:
+            # Weight folders: only their configs travel; the tensors are rewritten below.
+            for file in item.iterdir():
+                if not _is_weight_file(file):
+                    _copy(file, pipeline_target / item.name / file.name)
+        else:
+            _copy(item, pipeline_target / item.name)
+
+
+def convert(
+    src: str | Path,
+    dst: str | Path,
+    to: Layout | str = Layout.DIFFUSERS,
+    overwrite: bool = False,
+    prefer_ema: bool = True,
+    max_shard_bytes: int = 5 * 1024**3,
+) -> Path:
+    """Convert the checkpoint at `src` into layout `to` at `dst`; returns `dst`."""
+    to = Layout(to)
+    source = open_checkpoint(src, prefer_ema=prefer_ema)
+    check_complete(source)
+    dst = Path(dst)
+    if dst.exists() and not overwrite:
+        raise ConversionError(f"{dst} already exists (use --overwrite to replace it)")
+    tensors = load_tensors(source.files, source.canonical)
+    with atomic_directory(dst, overwrite=overwrite) as scratch:
+        _copy_metadata(source, scratch, to)
+        if to is Layout.DIFFUSERS:
+            vision = {k: v for k, v in tensors.items() if is_vision_key(k)}
+            generator = {k: v for k, v in tensors.items() if not is_vision_key(k)}
+            save_sharded(generator, scratch / "transformer", "diffusion_pytorch_model", max_shard_bytes)
+            if vision:
+                save_sharded(vision, scratch / "vision_encoder", "model", max_shard_bytes)
+            if (scratch / "config.json").is_file():
+                write_root_index(scratch)
+        else:
+            renamed = {to_layout(k, to): v for k, v in tensors.items()}
+            save_sharded(renamed, scratch, "model", max_shard_bytes)
+    return dst
+
+
+app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
+
+
+@app.command()
+def cli(
+    src: Annotated[Path, typer.Argument(help="Checkpoint folder in any Cosmos3 layout (detected).")],
+    dst: Annotated[Path, typer.Argument(help="Output folder; must not exist unless --overwrite.")],
+    to: Annotated[Layout, typer.Option(help="Target layout.")] = Layout.DIFFUSERS,
+    overwrite: Annotated[bool, typer.Option(help="Replace DST if it exists.")] = False,
+    weights: Annotated[
+        str, typer.Option(help="Raw framework checkpoints: take the 'ema' (net_ema.) or 'regular' (net.) copy.")
+    ] = "ema",
+) -> None:
+    """Convert SRC into layout --to at DST.
+
+    Examples:
+
+      cosmos3-convert ./Cosmos3-Nano-raw ./Cosmos3-Nano --to diffusers
+
+      cosmos3-convert ./Cosmos3-Nano ./Cosmos3-Nano-framework --to framework
+    """
+    if weights not in ("ema", "regular"):
+        typer.echo(f"error: --weights must be 'ema' or 'regular', not {weights!r}", err=True)
+        raise typer.Exit(2)
+    try:
+        out = convert(src, dst, to=to, overwrite=overwrite, prefer_ema=weights == "ema")
+    except (ConversionError, FileNotFoundError, FileExistsError, ValueError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {to.value} layout to {out}")
+
+
+def main() -> None:
+    sys.exit(app())

@@ -1,0 +1,156 @@
+"""Reading and writing safetensors checkpoint folders, whatever their layout.
+
+Only safetensors and JSON are read: nothing here unpickles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from .layouts import Layout, detect_layout
+
+INDEX_SUFFIX = ".safetensors.index.json"
+
+
+def resolve_folder(name_or_path: str | os.PathLike, **hub_kwargs) -> Path:
+    """A local folder as is; a hub id is downloaded (safetensors, JSON and tokenizer files only)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise NotADirectoryError(f"{path} is a file; a Cosmos3 checkpoint is a folder")
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "**/*.json", "**/*.safetensors"]
+    return Path(snapshot_download(str(name_or_path), allow_patterns=patterns, **hub_kwargs))
+
+
+def tensor_files(folder: Path) -> dict[str, Path]:
+    """{tensor name: file holding it} for a folder of safetensors shards.
+
+    Follows a `*.safetensors.index.json` when there is one (its paths may point into subfolders,
+    as a Cosmos3 export's root index does), else reads the names from every `*.safetensors` file.
+    """
+    folder = Path(folder)
+    indexes = sorted(folder.glob("*" + INDEX_SUFFIX))
+    if len(indexes) > 1:
+        raise ValueError(f"{folder} has {len(indexes)} safetensors indexes; expected at most one")
+    if indexes:
+        try:
+            weight_map = json.loads(indexes[0].read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as error:
+            raise ValueError(f"{indexes[0]}: not a safetensors index ({error})") from error
+        files = {name: folder / rel for name, rel in weight_map.items()}
+        for missing in sorted({f for f in files.values() if not f.is_file()}):
+            raise FileNotFoundError(f"{indexes[0]} names {missing}, which does not exist")
+        return files
+    files: dict[str, Path] = {}
+    for shard in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(shard), framework="pt") as reader:
+            files.update(dict.fromkeys(reader.keys(), shard))
+    if not files:
+        raise FileNotFoundError(f"no safetensors weights in {folder}")
+    return files
+
+
+def load_tensors(files: Mapping[str, Path], names: Mapping[str, str] | None = None) -> dict[str, torch.Tensor]:
+    """Load tensors; `names` maps stored name -> returned name and selects which to load."""
+    names = names if names is not None else {name: name for name in files}
+    by_file: dict[Path, list[str]] = {}
+    for stored in names:
+        by_file.setdefault(files[stored], []).append(stored)
+    tensors = {}
+    for shard, stored_names in by_file.items():
+        with safe_open(str(shard), framework="pt") as reader:
+            for stored in stored_names:
+                tensors[names[stored]] = reader.get_tensor(stored)
+    return tensors
+
+
+def save_sharded(
+    tensors: Mapping[str, torch.Tensor],
+    folder: Path,
+    base_name: str = "model",
+    max_shard_bytes: int = 5 * 1024**3,
+) -> dict[str, str]:
+    """Write tensors as `base_name.safetensors`, or shards plus an index when they do not fit one.
+
+    Returns the weight map {tensor name: file name relative to `folder`}.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name in sorted(tensors):
+        tensor = tensors[name].contiguous()
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    weight_map = {}
+    for number, shard in enumerate(shards, start=1):
+        file_name = (
+            f"{base_name}.safetensors"
+            if len(shards) == 1
+            else f"{base_name}-{number:05d}-of-{len(shards):05d}.safetensors"
+        )
+        save_file(shard, str(folder / file_name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, file_name))
+    if len(shards) > 1:
+        write_index(folder / f"{base_name}{INDEX_SUFFIX}", weight_map, tensors)
+    return weight_map
+
+
+def write_index(path: Path, weight_map: Mapping[str, str], tensors: Mapping[str, torch.Tensor]) -> None:
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    path.write_text(json.dumps(index, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_directory(destination: Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a scratch folder that becomes `destination` only if the block finishes.
+
+    A crash or an error leaves no partial `destination` behind.
+    """
+    destination = Path(destination)
+    if destination.exists() and not overwrite:
+        raise FileExistsError(f"{destination} already exists (pass overwrite to replace it)")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent))
+    try:
+        yield scratch
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if destination.exists():
+        shutil.rmtree(destination)
+    os.replace(scratch, destination)
+
+
+# Subfolders of a diffusers-layout repo that hold model weights (the rest are pipeline parts).
+DIFFUSERS_WEIGHT_FOLDERS = ("transformer", "vision_encoder")
+
+
+def checkpoint_tensor_files(folder: Path) -> tuple[Layout, dict[str, Path]]:
+    """Layout and {tensor name: file} of a Cosmos3 checkpoint folder in any layout."""
+    folder = Path(folder)
+    if (folder / "transformer").is_dir():
+        files: dict[str, Path] = {}
+        for sub in DIFFUSERS_WEIGHT_FOLDERS:
+            if (folder / sub).is_dir():
+                files.update(tensor_files(folder / sub))
+        return Layout.DIFFUSERS, files
+    files = tensor_files(folder)
+    return detect_layout(files), files

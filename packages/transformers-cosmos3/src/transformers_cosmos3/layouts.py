@@ -1,0 +1,187 @@
+"""The one key table for every Cosmos3 checkpoint layout.
+
+Every layout is a bijective renaming of one *canonical* namespace: the flat diffusers names, i.e.
+the `Cosmos3OmniTransformer` state dict (reasoner and generator towers) plus the Qwen3-VL ViT
+under its own flat roots (`blocks.*`, `merger.*`, ...). transformers-cosmos3, diffusers-cosmos3
+and vllm-cosmos3 all translate through this module, so a naming fix lands in one place.
+
+This module imports nothing heavy (no torch), so the vLLM plugin can use it at registration time.
+
+| layout         | reasoner text                    | ViT                       | generator extras        |
+|----------------|----------------------------------|---------------------------|-------------------------|
+| `flat`         | `layers.N.self_attn.to_q`        | `blocks.N...`             | `proj_in`, `add_q_proj` |
+| `diffusers`    | as `flat`, in `transformer/`     | as `flat`, `vision_encoder/` | as `flat`            |
+| `transformers` | `model.language_model.*`, q_proj | `model.visual.*`          | as `flat`               |
+| `vllm`         | `language_model.model.*`, q_proj | `visual.*`                | as `flat`               |
+| `framework`    | `net.language_model.model.*`     | `net.language_model.visual.*` | `vae2llm`, `q_proj_moe_gen` |
+
+The transformers and vLLM layouts keep the generator tower under its diffusers names: upstream
+transformers ignores exactly those names when it loads the reasoner, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+
+class Layout(StrEnum):
+    TRANSFORMERS = "transformers"
+    DIFFUSERS = "diffusers"
+    FLAT = "flat"
+    FRAMEWORK = "framework"
+    VLLM = "vllm"
+
+
+VISION_ROOTS = ("blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list.")
+TEXT_ROOTS = ("embed_tokens.", "layers.", "norm.", "norm_moe_gen.")
+GENERATOR_ROOTS = (
+    "proj_in.",
+    "proj_out.",
+    "time_embedder.",
+    "action_proj_in.",
+    "action_proj_out.",
+    "action_modality_embed",
+    "audio_proj_in.",
+    "audio_proj_out.",
+    "audio_modality_embed",
+    "norm_moe_gen.",
+)
+ACTION_ROOTS = ("action_proj_in.", "action_proj_out.", "action_modality_embed")
+SOUND_ROOTS = ("audio_proj_in.", "audio_proj_out.", "audio_modality_embed")
+
+# Raw framework checkpoints keep the trained weights under `net.` and the EMA copy under `net_ema.`.
+FRAMEWORK_PREFIXES = ("net.", "net_ema.")
+
+# Per-layer renames, canonical (diffusers) -> Qwen names used by transformers, vLLM and the framework.
+_REASONER_ATTENTION = (
+    (".self_attn.to_q.", ".self_attn.q_proj."),
+    (".self_attn.to_k.", ".self_attn.k_proj."),
+    (".self_attn.to_v.", ".self_attn.v_proj."),
+    (".self_attn.to_out.", ".self_attn.o_proj."),
+    (".self_attn.norm_q.", ".self_attn.q_norm."),
+    (".self_attn.norm_k.", ".self_attn.k_norm."),
+)
+_GENERATOR_ATTENTION = (
+    (".self_attn.add_q_proj.", ".self_attn.q_proj_moe_gen."),
+    (".self_attn.add_k_proj.", ".self_attn.k_proj_moe_gen."),
+    (".self_attn.add_v_proj.", ".self_attn.v_proj_moe_gen."),
+    (".self_attn.to_add_out.", ".self_attn.o_proj_moe_gen."),
+    (".self_attn.norm_added_q.", ".self_attn.q_norm_moe_gen."),
+    (".self_attn.norm_added_k.", ".self_attn.k_norm_moe_gen."),
+)
+
+
+def _roots(roots: Iterable[str], target: str) -> list[tuple[str, str]]:
+    return [(root, target + root) for root in roots]
+
+
+# Whole-key prefix renames, canonical -> layout. A key matches at most one row.
+_PREFIXES: dict[Layout, list[tuple[str, str]]] = {
+    Layout.FLAT: [],
+    Layout.DIFFUSERS: [],
+    Layout.TRANSFORMERS: _roots(TEXT_ROOTS, "model.language_model.") + _roots(VISION_ROOTS, "model.visual."),
+    Layout.VLLM: [
+        *_roots(TEXT_ROOTS, "language_model.model."),
+        *_roots(VISION_ROOTS, "visual."),
+        ("lm_head.", "language_model.lm_head."),
+    ],
+    Layout.FRAMEWORK: [
+        *_roots(TEXT_ROOTS, "language_model.model."),
+        *_roots(VISION_ROOTS, "language_model.visual."),
+        ("lm_head.", "language_model.lm_head."),
+        ("proj_in.", "vae2llm."),
+        ("proj_out.", "llm2vae."),
+        ("time_embedder.linear_1.", "time_embedder.mlp.0."),
+        ("time_embedder.linear_2.", "time_embedder.mlp.2."),
+        ("action_proj_in.", "action2llm."),
+        ("action_proj_out.", "llm2action."),
+        ("audio_proj_in.", "sound2llm."),
+        ("audio_proj_out.", "llm2sound."),
+        ("audio_modality_embed", "sound_modality_embed"),
+    ],
+}
+_SEGMENTS: dict[Layout, tuple[tuple[str, str], ...]] = {
+    Layout.FLAT: (),
+    Layout.DIFFUSERS: (),
+    Layout.TRANSFORMERS: _REASONER_ATTENTION,
+    Layout.VLLM: _REASONER_ATTENTION,
+    Layout.FRAMEWORK: _REASONER_ATTENTION + _GENERATOR_ATTENTION,
+}
+
+
+def _rename(key: str, prefixes: list[tuple[str, str]], segments: Iterable[tuple[str, str]]) -> str:
+    for old, new in prefixes:
+        if key == old or (old.endswith(".") and key.startswith(old)):
+            key = new + key[len(old) :]
+            break
+    for old, new in segments:
+        if old in key:
+            return key.replace(old, new)
+    return key
+
+
+def to_layout(canonical_key: str, layout: Layout | str, framework_prefix: str = "net.") -> str:
+    """Name of a canonical key in `layout`."""
+    layout = Layout(layout)
+    key = _rename(canonical_key, _PREFIXES[layout], _SEGMENTS[layout])
+    return framework_prefix + key if layout is Layout.FRAMEWORK else key
+
+
+def from_layout(key: str, layout: Layout | str) -> str:
+    """Canonical name of a key stored in `layout` (framework keys must already have `net.` removed)."""
+    layout = Layout(layout)
+    swapped = [(new, old) for old, new in _PREFIXES[layout]]
+    # Longest layout prefix first, so `language_model.model.` wins over `language_model.`.
+    swapped.sort(key=lambda pair: len(pair[0]), reverse=True)
+    return _rename(key, swapped, [(new, old) for old, new in _SEGMENTS[layout]])
+
+
+def is_vision_key(canonical_key: str) -> bool:
+    return canonical_key.startswith(VISION_ROOTS)
+
+
+def is_generator_key(canonical_key: str) -> bool:
+    """True for weights of the generator tower and its modality heads (not used by the reasoner)."""
+    if canonical_key.startswith(GENERATOR_ROOTS) or canonical_key in GENERATOR_ROOTS:
+        return True
+    return any(old in canonical_key for old, _ in _GENERATOR_ATTENTION) or "_moe_gen." in canonical_key
+
+
+def detect_layout(keys: Iterable[str]) -> Layout:
+    """Guess the layout of a checkpoint from its tensor names (a diffusers repo is told by its folder)."""
+    keys = list(keys)
+    if any(key.startswith(FRAMEWORK_PREFIXES) for key in keys):
+        return Layout.FRAMEWORK
+    if any(key.startswith(("model.language_model.", "model.visual.")) for key in keys):
+        return Layout.TRANSFORMERS
+    if any(key.startswith(("language_model.model.", "visual.")) for key in keys):
+        return Layout.VLLM
+    if any(key.startswith(TEXT_ROOTS + VISION_ROOTS) for key in keys):
+        return Layout.FLAT
+    sample = ", ".join(sorted(keys)[:5]) or "no tensors"
+    raise ValueError(f"not a Cosmos3 checkpoint: no known key prefix among {sample}")
+
+
+def split_framework_keys(keys: Iterable[str], prefer_ema: bool = True) -> tuple[str, dict[str, str]]:
+    """Pick the `net_ema.` or `net.` copy of a raw framework checkpoint.
+
+    Returns the chosen prefix and {stored key: key without prefix}. Keys outside both copies
+    (optimizer or trainer state) are left out on purpose; they are not weights.
+    """
+    keys = list(keys)
+    available = [p for p in ("net_ema.", "net.") if any(k.startswith(p) for k in keys)]
+    if not available:
+        raise ValueError("framework checkpoint has neither `net.` nor `net_ema.` keys")
+    prefix = available[0] if prefer_ema else available[-1]
+    return prefix, {k: k[len(prefix) :] for k in keys if k.startswith(prefix)}
+
+
+def canonical_names(keys: Iterable[str], layout: Layout | str | None = None, prefer_ema: bool = True) -> dict[str, str]:
+    """{stored key: canonical key} for a checkpoint in any layout (detected when not given)."""
+    keys = list(keys)
+    layout = Layout(layout) if layout else detect_layout(keys)
+    if layout is Layout.FRAMEWORK:
+        _, stripped = split_framework_keys(keys, prefer_ema)
+        return {stored: from_layout(short, layout) for stored, short in stripped.items()}
+    return {key: from_layout(key, layout) for key in keys}

@@ -1,0 +1,80 @@
+"""`Cosmos3ForConditionalGeneration`: the Cosmos3 reasoner from a checkpoint of any layout.
+
+It is the native transformers class (a Qwen3-VL clone) with a stricter `from_pretrained`: the
+folder may be a transformers, diffusers-export, flat, raw framework (`net.`/`net_ema.`) or vLLM
+checkpoint, and every tensor must be accounted for. Generator-tower weights are skipped on
+purpose; an unknown or a missing reasoner weight is an error that names it, never a silent
+random init.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers import AutoConfig
+
+from . import layouts
+from .checkpoint import checkpoint_tensor_files, load_tensors, resolve_folder
+
+try:  # transformers >= 5.11
+    from transformers import Cosmos3OmniForConditionalGeneration as _Reasoner
+except ImportError:  # older transformers: the architecture is Qwen3-VL's
+    from transformers import Qwen3VLForConditionalGeneration as _Reasoner
+
+HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
+
+
+class MissingWeightsError(ValueError):
+    """A checkpoint does not provide every reasoner weight, or holds ones the reasoner lacks."""
+
+
+def reasoner_state_dict_names(
+    stored_names, model_names: set[str], layout: layouts.Layout, prefer_ema: bool = True
+) -> dict[str, str]:
+    """{stored name: transformers name} for the reasoner's tensors; raise on unknown or missing ones."""
+    canonical = layouts.canonical_names(stored_names, layout, prefer_ema=prefer_ema)
+    wanted = {
+        stored: layouts.to_layout(name, layouts.Layout.TRANSFORMERS)
+        for stored, name in canonical.items()
+        if not layouts.is_generator_key(name)
+    }
+    unknown = sorted(stored for stored, name in wanted.items() if name not in model_names)
+    if unknown:
+        raise MissingWeightsError(f"checkpoint tensors that are not Cosmos3 reasoner weights: {unknown}")
+    missing = sorted(model_names - set(wanted.values()))
+    if missing:
+        raise MissingWeightsError(f"checkpoint lacks reasoner weights: {missing}")
+    return wanted
+
+
+class Cosmos3ForConditionalGeneration(_Reasoner):
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args, prefer_ema: bool = True, **kwargs):
+        """Load from a hub id or folder in any Cosmos3 layout.
+
+        `prefer_ema` picks the `net_ema.` copy of a raw framework checkpoint (else `net.`).
+        Other keyword arguments (`dtype`, `device_map`, `attn_implementation`, ...) go to
+        transformers' `from_pretrained` unchanged.
+        """
+        hub_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs}
+        folder = resolve_folder(pretrained_model_name_or_path, **hub_kwargs)
+        config = kwargs.pop("config", None)
+        if config is None:
+            if not (folder / "config.json").is_file():
+                raise FileNotFoundError(
+                    f"{folder} has no config.json; a diffusers repo needs the root config.json of a Cosmos3 "
+                    "export (`cosmos3-convert SRC DST --to diffusers` writes one)"
+                )
+            config = AutoConfig.from_pretrained(folder)
+        layout, files = checkpoint_tensor_files(folder)
+        with torch.device("meta"):
+            model_names = set(_Reasoner(config).state_dict())
+        text_config = getattr(config, "text_config", config)
+        if getattr(config, "tie_word_embeddings", False) or getattr(text_config, "tie_word_embeddings", False):
+            model_names.discard("lm_head.weight")
+        names = reasoner_state_dict_names(files, model_names, layout, prefer_ema=prefer_ema)
+        state_dict = load_tensors(files, names)
+        for key in HUB_KWARGS:
+            kwargs.pop(key, None)
+        return super().from_pretrained(None, *args, config=config, state_dict=state_dict, **kwargs)
