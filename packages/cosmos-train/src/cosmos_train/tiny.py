@@ -12,25 +12,36 @@ quickstart` use these; a real run passes a hub id or a folder to the same loadin
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-# Text tower sizes (head_dim 16 -> 8 rotary pairs split 4/2/2 over t/h/w).
-HIDDEN = 64
-HEAD_DIM = 16
-HEADS = 4
-KV_HEADS = 2
-LAYERS = 2
-INTERMEDIATE = 128
-MROPE_SECTION = [4, 2, 2]
+
+@dataclass(frozen=True)
+class Sizes:
+    """Text tower sizes; `mrope_section` splits head_dim/2 rotary pairs over t/h/w."""
+
+    hidden: int = 64
+    head_dim: int = 16
+    heads: int = 4
+    kv_heads: int = 2
+    layers: int = 2
+    intermediate: int = 128
+    mrope_section: tuple[int, int, int] = (4, 2, 2)
+
+
+TINY = Sizes()
+# Big enough (~60M parameters) that loading is dominated by real tensor I/O: for benchmarks.
+SMALL = Sizes(
+    hidden=512, head_dim=64, heads=8, kv_heads=4, layers=8, intermediate=1536, mrope_section=(12, 10, 10)
+)
 ROPE_THETA = 5_000_000.0
 # Wan2.2 VAE at toy width: 16x spatial (8x conv + 2x2 patchify), 4x temporal compression.
 LATENT_CHANNELS = 8
 LATENT_PATCH = 2
 ACTION_DIM = 16
+SOUND_DIM = 64  # audio latent channels, as in Cosmos3
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -88,27 +99,33 @@ def vocab_size(tokenizer) -> int:
     return (len(tokenizer) + 7) // 8 * 8
 
 
-def build_transformer(tokenizer, action: bool = False, sound: bool = False, seed: int = 0):
+def build_transformer(
+    tokenizer, action: bool = False, sound: bool = False, seed: int = 0, sizes: Sizes = TINY
+):
     from diffusers import Cosmos3OmniTransformer
 
     torch.manual_seed(seed)
     transformer = Cosmos3OmniTransformer(
-        head_dim=HEAD_DIM,
-        hidden_size=HIDDEN,
-        intermediate_size=INTERMEDIATE,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
-        num_hidden_layers=LAYERS,
+        head_dim=sizes.head_dim,
+        hidden_size=sizes.hidden,
+        intermediate_size=sizes.intermediate,
+        num_attention_heads=sizes.heads,
+        num_key_value_heads=sizes.kv_heads,
+        num_hidden_layers=sizes.layers,
         latent_channel=LATENT_CHANNELS,
         latent_patch_size=LATENT_PATCH,
         patch_latent_dim=LATENT_CHANNELS * LATENT_PATCH**2,
         rope_theta=ROPE_THETA,
-        rope_scaling={"mrope_section": MROPE_SECTION, "mrope_interleaved": True, "rope_type": "default"},
+        rope_scaling={
+            "mrope_section": list(sizes.mrope_section),
+            "mrope_interleaved": True,
+            "rope_type": "default",
+        },
         vocab_size=vocab_size(tokenizer),
         action_gen=action,
         action_dim=ACTION_DIM if action else None,
         sound_gen=sound,
-        sound_dim=64 if sound else None,
+        sound_dim=SOUND_DIM if sound else None,
     )
     _randomize(transformer)
     return transformer.eval()
@@ -155,7 +172,7 @@ def build_scheduler():
     )
 
 
-def vision_config():
+def vision_config(sizes: Sizes = TINY):
     from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
 
     return Qwen3VLVisionConfig(
@@ -166,22 +183,22 @@ def vision_config():
         patch_size=8,
         spatial_merge_size=2,
         temporal_patch_size=2,
-        out_hidden_size=HIDDEN,
+        out_hidden_size=sizes.hidden,
         num_position_embeddings=64,
         deepstack_visual_indexes=[0],
     )
 
 
-def build_vision_encoder(seed: int = 0):
+def build_vision_encoder(seed: int = 0, sizes: Sizes = TINY):
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
     torch.manual_seed(seed)
-    encoder = Qwen3VLVisionModel(vision_config())
+    encoder = Qwen3VLVisionModel(vision_config(sizes))
     _randomize(encoder)
     return encoder.eval()
 
 
-def reasoner_config(tokenizer):
+def reasoner_config(tokenizer, sizes: Sizes = TINY):
     """The transformers `cosmos3_omni` config matching the tiny transformer's reasoner tower."""
     from transformers import AutoConfig
 
@@ -190,23 +207,23 @@ def reasoner_config(tokenizer):
         "cosmos3_omni",
         text_config={
             "vocab_size": vocab_size(tokenizer),
-            "hidden_size": HIDDEN,
-            "intermediate_size": INTERMEDIATE,
-            "num_hidden_layers": LAYERS,
-            "num_attention_heads": HEADS,
-            "num_key_value_heads": KV_HEADS,
-            "head_dim": HEAD_DIM,
+            "hidden_size": sizes.hidden,
+            "intermediate_size": sizes.intermediate,
+            "num_hidden_layers": sizes.layers,
+            "num_attention_heads": sizes.heads,
+            "num_key_value_heads": sizes.kv_heads,
+            "head_dim": sizes.head_dim,
             "rms_norm_eps": 1e-6,
             "rope_parameters": {
                 "rope_type": "default",
                 "rope_theta": ROPE_THETA,
-                "mrope_section": MROPE_SECTION,
+                "mrope_section": list(sizes.mrope_section),
                 "mrope_interleaved": True,
             },
             "max_position_embeddings": 4096,
             "tie_word_embeddings": False,
         },
-        vision_config=vision_config().to_dict(),
+        vision_config=vision_config(sizes).to_dict(),
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),
@@ -244,60 +261,76 @@ def build_processor(tokenizer):
     )
 
 
-def build_pipeline(action: bool = False, sound: bool = False, seed: int = 0):
+def build_sound_tokenizer(seed: int = 0):
+    """A decoder-only Cosmos3 AVAE at toy width (48 kHz stereo, 1920 samples per latent step)."""
+    from diffusers import Cosmos3AVAEAudioTokenizer
+
+    torch.manual_seed(seed)
+    return Cosmos3AVAEAudioTokenizer(vocoder_input_dim=SOUND_DIM, dec_dim=4, encoder_enabled=False).eval()
+
+
+def build_pipeline(action: bool = False, sound: bool = False, seed: int = 0, sizes: Sizes = TINY):
     """The tiny diffusers `Cosmos3OmniPipeline` (safety checker off: it needs cosmos_guardrail)."""
     from diffusers import Cosmos3OmniPipeline
 
     tokenizer = build_tokenizer()
     return Cosmos3OmniPipeline(
-        transformer=build_transformer(tokenizer, action=action, sound=sound, seed=seed),
+        transformer=build_transformer(tokenizer, action=action, sound=sound, seed=seed, sizes=sizes),
         text_tokenizer=tokenizer,
         vae=build_vae(seed=seed),
         scheduler=build_scheduler(),
+        sound_tokenizer=build_sound_tokenizer(seed=seed) if sound else None,
         enable_safety_checker=False,
     )
 
 
-@dataclass
-class TinyCosmos3:
-    """Where `save_tiny_cosmos3` put things."""
-
-    path: Path
-    action: bool
-    sound: bool
-
-
-def save_tiny_cosmos3(path: str | Path, action: bool = False, sound: bool = False, seed: int = 0) -> Path:
+def save_tiny_cosmos3(
+    path: str | Path, action: bool = False, sound: bool = False, seed: int = 0, sizes: Sizes = TINY
+) -> Path:
     """Write a tiny Cosmos3 repo in the framework-export diffusers layout.
 
     The folder holds the diffusers pipeline plus the `vision_encoder/` sidecar, the root
     `config.json` and the root safetensors index, so diffusers, transformers and vLLM all load it.
-    Sound generation is a transformer variant only: the audio VAE is not part of the tiny repo.
     """
     from diffusers_cosmos3.export import save_export
 
-    pipeline = build_pipeline(action=action, sound=sound, seed=seed)
+    pipeline = build_pipeline(action=action, sound=sound, seed=seed, sizes=sizes)
     tokenizer = pipeline.text_tokenizer
     return save_export(
         pipeline,
         Path(path),
-        vision_encoder=build_vision_encoder(seed=seed),
-        reasoner_config=reasoner_config(tokenizer),
+        vision_encoder=build_vision_encoder(seed=seed, sizes=sizes),
+        reasoner_config=reasoner_config(tokenizer, sizes),
         processor=build_processor(tokenizer),
     )
 
 
-def save_tiny_cosmos3_layouts(root: str | Path, action: bool = False, seed: int = 0) -> dict[str, Path]:
+def save_tiny_cosmos3_layouts(
+    root: str | Path, action: bool = False, seed: int = 0, sizes: Sizes = TINY
+) -> dict[str, Path]:
     """The same tiny model in every checkpoint layout: {layout name: folder}."""
     from diffusers_cosmos3.convert import convert
 
     root = Path(root)
-    diffusers_dir = save_tiny_cosmos3(root / "diffusers", action=action, seed=seed)
+    diffusers_dir = save_tiny_cosmos3(root / "diffusers", action=action, seed=seed, sizes=sizes)
     folders = {"diffusers": diffusers_dir}
     for layout in ("transformers", "flat", "framework", "vllm"):
         folders[layout] = convert(diffusers_dir, root / layout, to=layout)
+    add_training_copy(folders["framework"])
     return folders
 
 
-def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def add_training_copy(framework_dir: Path, seed: int = 0) -> None:
+    """Make a raw framework checkpoint hold both copies, as training writes it.
+
+    The model itself becomes the EMA copy (`net_ema.`); `net.` gets perturbed weights, so a
+    loader that picks the wrong copy gives different outputs.
+    """
+    from safetensors.torch import load_file, save_file
+
+    weights = framework_dir / "model.safetensors"
+    ema = load_file(weights)
+    generator = torch.Generator().manual_seed(seed)
+    raw = {k: v + 0.01 * torch.randn(v.shape, generator=generator).to(v.dtype) for k, v in ema.items()}
+    tensors = {"net_ema." + k.removeprefix("net."): v for k, v in ema.items()} | raw
+    save_file(tensors, weights, metadata={"format": "pt"})

@@ -22,6 +22,7 @@ from typing import Annotated
 
 import torch
 import typer
+
 from transformers_cosmos3.checkpoint import (
     DIFFUSERS_WEIGHT_FOLDERS,
     INDEX_SUFFIX,
@@ -62,7 +63,9 @@ class SourceCheckpoint:
 
 def _read_json(path: Path) -> dict:
     if not path.is_file():
-        raise ConversionError(f"{path} is missing; it is needed to check the tensors against the architecture")
+        raise ConversionError(
+            f"{path} is missing; it is needed to check the tensors against the architecture"
+        )
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as error:
@@ -100,10 +103,14 @@ def check_complete(source: SourceCheckpoint) -> None:
     expected = expected_tensors(source)
     unmapped = sorted(stored for stored, name in source.canonical.items() if name not in expected)
     if unmapped:
-        raise ConversionError(f"{len(unmapped)} tensor(s) in {source.folder} map to no Cosmos3 weight: {unmapped}")
+        raise ConversionError(
+            f"{len(unmapped)} tensor(s) in {source.folder} map to no Cosmos3 weight: {unmapped}"
+        )
     missing = sorted(expected - set(source.canonical.values()))
     if missing:
-        raise ConversionError(f"{source.folder} lacks {len(missing)} tensor(s) the architecture needs: {missing}")
+        raise ConversionError(
+            f"{source.folder} lacks {len(missing)} tensor(s) the architecture needs: {missing}"
+        )
     counts: dict[str, list[str]] = {}
     for stored, name in source.canonical.items():
         counts.setdefault(name, []).append(stored)
@@ -188,7 +195,8 @@ def cli(
     to: Annotated[Layout, typer.Option(help="Target layout.")] = Layout.DIFFUSERS,
     overwrite: Annotated[bool, typer.Option(help="Replace DST if it exists.")] = False,
     weights: Annotated[
-        str, typer.Option(help="Raw framework checkpoints: take the 'ema' (net_ema.) or 'regular' (net.) copy.")
+        str,
+        typer.Option(help="Raw framework checkpoints: take the 'ema' (net_ema.) or 'regular' (net.) copy."),
     ] = "ema",
 ) -> None:
     """Convert SRC into layout --to at DST.

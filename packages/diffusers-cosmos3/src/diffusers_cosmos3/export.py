@@ -14,7 +14,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from transformers_cosmos3.checkpoint import DIFFUSERS_WEIGHT_FOLDERS, INDEX_SUFFIX, atomic_directory, tensor_files
+from transformers_cosmos3.checkpoint import (
+    DIFFUSERS_WEIGHT_FOLDERS,
+    INDEX_SUFFIX,
+    atomic_directory,
+    tensor_files,
+)
 
 ROOT_INDEX = "model" + INDEX_SUFFIX
 

@@ -23,7 +23,9 @@ def register() -> list[str]:
 
     model = type("Cosmos3OmniModel", (Qwen3VLModel,), {"config_class": Cosmos3OmniConfig})
     generation = type(
-        "Cosmos3OmniForConditionalGeneration", (Qwen3VLForConditionalGeneration,), {"config_class": Cosmos3OmniConfig}
+        "Cosmos3OmniForConditionalGeneration",
+        (Qwen3VLForConditionalGeneration,),
+        {"config_class": Cosmos3OmniConfig},
     )
     AutoConfig.register("cosmos3_omni", Cosmos3OmniConfig)
     AutoModel.register(Cosmos3OmniConfig, model)

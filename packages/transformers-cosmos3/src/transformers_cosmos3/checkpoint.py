@@ -63,7 +63,9 @@ def tensor_files(folder: Path) -> dict[str, Path]:
     return files
 
 
-def load_tensors(files: Mapping[str, Path], names: Mapping[str, str] | None = None) -> dict[str, torch.Tensor]:
+def load_tensors(
+    files: Mapping[str, Path], names: Mapping[str, str] | None = None
+) -> dict[str, torch.Tensor]:
     """Load tensors; `names` maps stored name -> returned name and selects which to load."""
     names = names if names is not None else {name: name for name in files}
     by_file: dict[Path, list[str]] = {}
@@ -73,7 +75,9 @@ def load_tensors(files: Mapping[str, Path], names: Mapping[str, str] | None = No
     for shard, stored_names in by_file.items():
         with safe_open(str(shard), framework="pt") as reader:
             for stored in stored_names:
-                tensors[names[stored]] = reader.get_tensor(stored)
+                # A fresh, allocator-aligned copy: safetensors hands out tensors at arbitrary offsets, and
+                # CPU kernels pick different code paths (and rounding) for unaligned data.
+                tensors[names[stored]] = reader.get_tensor(stored).clone()
     return tensors
 
 

@@ -177,7 +177,9 @@ def split_framework_keys(keys: Iterable[str], prefer_ema: bool = True) -> tuple[
     return prefix, {k: k[len(prefix) :] for k in keys if k.startswith(prefix)}
 
 
-def canonical_names(keys: Iterable[str], layout: Layout | str | None = None, prefer_ema: bool = True) -> dict[str, str]:
+def canonical_names(
+    keys: Iterable[str], layout: Layout | str | None = None, prefer_ema: bool = True
+) -> dict[str, str]:
     """{stored key: canonical key} for a checkpoint in any layout (detected when not given)."""
     keys = list(keys)
     layout = Layout(layout) if layout else detect_layout(keys)

@@ -50,7 +50,9 @@ def reasoner_state_dict_names(
 
 class Cosmos3ForConditionalGeneration(_Reasoner):
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args, prefer_ema: bool = True, **kwargs):
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike, *args, prefer_ema: bool = True, **kwargs
+    ):
         """Load from a hub id or folder in any Cosmos3 layout.
 
         `prefer_ema` picks the `net_ema.` copy of a raw framework checkpoint (else `net.`).
@@ -71,7 +73,9 @@ class Cosmos3ForConditionalGeneration(_Reasoner):
         with torch.device("meta"):
             model_names = set(_Reasoner(config).state_dict())
         text_config = getattr(config, "text_config", config)
-        if getattr(config, "tie_word_embeddings", False) or getattr(text_config, "tie_word_embeddings", False):
+        if getattr(config, "tie_word_embeddings", False) or getattr(
+            text_config, "tie_word_embeddings", False
+        ):
             model_names.discard("lm_head.weight")
         names = reasoner_state_dict_names(files, model_names, layout, prefer_ema=prefer_ema)
         state_dict = load_tensors(files, names)

@@ -1,0 +1,160 @@
+"""Load time and first-output time of the Cosmos3 shims against native upstream, same checkpoint.
+
+    uv run python benchmarks/shim_load.py [--repeats 5] [--size small|tiny]
+
+For transformers: `Cosmos3OmniForConditionalGeneration.from_pretrained` (native) against
+`transformers_cosmos3.Cosmos3ForConditionalGeneration.from_pretrained` (shim) on the transformers
+layout, plus the shim on the raw framework layout. For diffusers: `Cosmos3OmniPipeline.from_pretrained`
+against `diffusers_cosmos3.load_pipeline` on the diffusers layout, plus the shim on the framework
+layout. Runs alternate native/shim and report medians; the ratio goal is <= 1.05. Outputs are
+asserted bit-equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from _common import median, timed, write_results
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _reasoner_inputs(folder: Path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    messages = [{"role": "user", "content": "Describe the scene in front of the robot."}]
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+
+
+def _aligned(module):
+    """Fresh allocator-aligned weights: CPU GEMMs round by data alignment, which files leave arbitrary."""
+    for parameter in module.parameters():
+        parameter.data = parameter.data.clone()
+    return module
+
+
+def bench_transformers(layouts: dict[str, Path], repeats: int) -> dict:
+    from transformers import Cosmos3OmniForConditionalGeneration
+
+    from transformers_cosmos3 import Cosmos3ForConditionalGeneration
+
+    inputs = _reasoner_inputs(layouts["transformers"])
+    loaders = {
+        "native": lambda: Cosmos3OmniForConditionalGeneration.from_pretrained(layouts["transformers"]),
+        "shim": lambda: Cosmos3ForConditionalGeneration.from_pretrained(layouts["transformers"]),
+        "shim_framework_layout": lambda: Cosmos3ForConditionalGeneration.from_pretrained(
+            layouts["framework"]
+        ),
+    }
+    times = {name: {"load": [], "first_output": []} for name in loaders}
+    outputs = {}
+    for round_ in range(repeats):
+        for name, load in _rotated(loaders, round_):
+            seconds, model = timed(load)
+            times[name]["load"].append(seconds)
+            with torch.no_grad():
+                seconds, logits = timed(lambda model=model: model(**inputs).logits)
+            times[name]["first_output"].append(seconds)
+            outputs[name] = logits
+    for name in loaders:
+        assert torch.equal(outputs[name], outputs["native"]), f"{name} logits differ from native"
+    return _summarize(times)
+
+
+def bench_diffusers(layouts: dict[str, Path], repeats: int) -> dict:
+    from diffusers import Cosmos3OmniPipeline
+
+    import diffusers_cosmos3
+
+    loaders = {
+        "native": lambda: Cosmos3OmniPipeline.from_pretrained(layouts["diffusers"]),
+        "shim": lambda: diffusers_cosmos3.load_pipeline(layouts["diffusers"]),
+        "shim_framework_layout": lambda: diffusers_cosmos3.load_pipeline(layouts["framework"]),
+    }
+
+    def generate(pipeline):
+        return pipeline(
+            "a robot arm stacks cubes",
+            num_frames=1,
+            height=64,
+            width=64,
+            num_inference_steps=2,
+            generator=torch.Generator().manual_seed(0),
+            output_type="pt",
+        ).video
+
+    times = {name: {"load": [], "first_output": []} for name in loaders}
+    weights, images = {}, {}
+    for round_ in range(repeats):
+        for name, load in _rotated(loaders, round_):
+            seconds, pipeline = timed(load)
+            pipeline.set_progress_bar_config(disable=True)
+            times[name]["load"].append(seconds)
+            seconds, _ = timed(lambda pipeline=pipeline: generate(pipeline))
+            times[name]["first_output"].append(seconds)
+            weights[name] = pipeline.transformer.state_dict()
+            _aligned(pipeline.transformer)
+            images[name] = generate(pipeline)
+    for name in loaders:
+        assert all(torch.equal(weights[name][k], weights["native"][k]) for k in weights["native"]), name
+        assert torch.equal(images[name], images["native"]), f"{name} image differs from native"
+    return _summarize(times)
+
+
+def _rotated(loaders: dict, round_: int) -> list:
+    """Each round starts with a different loader, so warm-up costs do not favour one."""
+    items = list(loaders.items())
+    shift = round_ % len(items)
+    return items[shift:] + items[:shift]
+
+
+def _summarize(times: dict) -> dict:
+    summary = {}
+    for name, measured in times.items():
+        summary[name] = {f"{kind}_s": round(median(values), 4) for kind, values in measured.items()}
+    for name in summary:
+        if name != "native":
+            for kind in ("load_s", "first_output_s"):
+                summary[name][kind.replace("_s", "_ratio")] = round(
+                    summary[name][kind] / summary["native"][kind], 3
+                )
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--size", choices=["tiny", "small"], default="small")
+    args = parser.parse_args()
+
+    from cosmos_train import tiny
+
+    sizes = tiny.SMALL if args.size == "small" else tiny.TINY
+    with tempfile.TemporaryDirectory() as scratch:
+        layouts = tiny.save_tiny_cosmos3_layouts(Path(scratch), sizes=sizes)
+        size_mb = sum(f.stat().st_size for f in layouts["diffusers"].rglob("*.safetensors")) / 2**20
+        results = {
+            "size": args.size,
+            "checkpoint_mb": round(size_mb, 1),
+            "repeats": args.repeats,
+            "transformers": bench_transformers(layouts, args.repeats),
+            "diffusers": bench_diffusers(layouts, args.repeats),
+            "goal": "shim/native ratio <= 1.05",
+        }
+    for library in ("transformers", "diffusers"):
+        for name, figures in results[library].items():
+            print(f"{library:<13} {name:<22} {figures}")
+    write_results("shim_load", results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from cosmos_train.cli import main
+
+main()

@@ -1,0 +1,59 @@
+"""Load a Cosmos3 diffusers pipeline or transformer from a checkpoint of any layout.
+
+Upstream `Cosmos3OmniTransformer.from_pretrained` reads the diffusers layout only. These helpers
+also take the flat, transformers, vLLM and raw framework layouts (through the one key table),
+check that every tensor is accounted for, and keep action and sound heads.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from accelerate import init_empty_weights
+from diffusers import Cosmos3OmniTransformer, DiffusionPipeline
+
+from transformers_cosmos3.checkpoint import checkpoint_tensor_files, load_tensors, resolve_folder
+from transformers_cosmos3.layouts import Layout, canonical_names, is_vision_key
+
+from .convert import PIPELINE_FOLDER, ConversionError
+
+
+def load_transformer(
+    name_or_path: str | os.PathLike, prefer_ema: bool = True, dtype: torch.dtype | None = None
+) -> Cosmos3OmniTransformer:
+    """The generator transformer (with its reasoner tower) from a folder in any layout."""
+    folder = resolve_folder(name_or_path)
+    layout, files = checkpoint_tensor_files(folder)
+    if layout is Layout.DIFFUSERS:
+        return Cosmos3OmniTransformer.from_pretrained(folder, subfolder="transformer", torch_dtype=dtype)
+    config_dir = folder / PIPELINE_FOLDER / "transformer"
+    if not (config_dir / "config.json").is_file():
+        raise ConversionError(
+            f"{config_dir / 'config.json'} is missing; it describes the transformer to build"
+        )
+    canonical = canonical_names(files, layout, prefer_ema=prefer_ema)
+    names = {stored: name for stored, name in canonical.items() if not is_vision_key(name)}
+    with init_empty_weights():  # parameters on meta; buffers (rotary frequencies) are computed
+        transformer = Cosmos3OmniTransformer.from_config(Cosmos3OmniTransformer.load_config(config_dir))
+    expected = set(transformer.state_dict())
+    unknown = sorted(stored for stored, name in names.items() if name not in expected)
+    missing = sorted(expected - set(names.values()))
+    if unknown or missing:
+        raise ConversionError(
+            f"{folder}: tensors that map to no transformer weight {unknown}; missing {missing}"
+        )
+    transformer.load_state_dict(load_tensors(files, names), strict=True, assign=True)
+    if dtype is not None:
+        transformer.to(dtype)
+    return transformer.eval()
+
+
+def load_pipeline(name_or_path: str | os.PathLike, prefer_ema: bool = True, **kwargs) -> DiffusionPipeline:
+    """A `Cosmos3OmniPipeline` from a folder in any layout (keyword arguments go to diffusers)."""
+    folder = resolve_folder(name_or_path)
+    layout, _ = checkpoint_tensor_files(folder)
+    if layout is Layout.DIFFUSERS:
+        return DiffusionPipeline.from_pretrained(folder, **kwargs)
+    transformer = load_transformer(folder, prefer_ema=prefer_ema, dtype=kwargs.get("torch_dtype"))
+    return DiffusionPipeline.from_pretrained(folder / PIPELINE_FOLDER, transformer=transformer, **kwargs)

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Build the main environment (.venv) from uv.lock: every package editable, plus the test tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v uv >/dev/null 2>&1; then
+  echo "installing uv (pip --user)" >&2
+  python3 -m pip install --quiet --user uv
+  export PATH="$HOME/.local/bin:$PATH"
+fi
+uv sync --frozen

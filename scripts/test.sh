@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up and run the whole test suite: the main environment, then the separate vLLM environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh
+
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# DeepSpeed on CPU: its op builder must not look for CUDA, and it compiles into the project.
+export DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$PWD/.torch_extensions"
+
+uv run --frozen ruff check .
+uv run --frozen ruff format --check .
+uv run --frozen pytest "$@"
+bash scripts/test-vllm.sh

@@ -1,0 +1,122 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from diffusers_cosmos3 import ConversionError, convert
+from diffusers_cosmos3.convert import open_checkpoint
+from transformers_cosmos3.checkpoint import load_tensors
+
+
+def _tensors(folder):
+    source = open_checkpoint(folder)
+    return load_tensors(source.files, source.canonical)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every non-weight file of a repo (configs, tokenizer, VAE...), by path."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in folder.rglob("*")
+        if (p.is_file() and p.parent.name not in ("transformer", "vision_encoder") | {folder.name})
+        or (p.is_file() and p.suffix == ".json" and p.name != "model.safetensors.index.json")
+    }
+
+
+@pytest.mark.parametrize("layout", ["framework", "transformers", "flat", "vllm"])
+def test_round_trip_is_bit_exact(tiny_layouts, tmp_path, layout):
+    original = tiny_layouts["diffusers"]
+    there = convert(original, tmp_path / layout, to=layout)
+    back = convert(there, tmp_path / "back", to="diffusers")
+    before, after = _tensors(original), _tensors(back)
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) and before[k].dtype == after[k].dtype for k in before)
+    # Configs, tokenizer, VAE and scheduler files come back byte for byte.
+    for sub in (
+        "model_index.json",
+        "config.json",
+        "transformer/config.json",
+        "vision_encoder/config.json",
+        "vae/diffusion_pytorch_model.safetensors",
+        "scheduler/scheduler_config.json",
+        "text_tokenizer/tokenizer.json",
+        "tokenizer.json",
+    ):
+        assert (back / sub).read_bytes() == (original / sub).read_bytes(), sub
+    index = json.loads((back / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(index) == set(before)
+
+
+def test_framework_output_keeps_action_heads_under_framework_names(tiny_layouts, tmp_path):
+    out = convert(tiny_layouts["diffusers"], tmp_path / "fw", to="framework")
+    keys = set(load_file(out / "model.safetensors"))
+    assert {"net.action2llm.fc.weight", "net.llm2action.bias.weight", "net.action_modality_embed"} <= keys
+    assert "net.language_model.model.layers.0.self_attn.q_proj_moe_gen.weight" in keys
+    assert "net.vae2llm.weight" in keys and "net.time_embedder.mlp.0.weight" in keys
+
+
+def test_converts_raw_framework_checkpoint_choosing_ema(tiny_layouts, tmp_path):
+    out = convert(tiny_layouts["framework"], tmp_path / "d", to="diffusers")
+    reference = _tensors(tiny_layouts["diffusers"])
+    converted = _tensors(out)
+    assert all(torch.equal(reference[k], converted[k]) for k in reference)
+    regular = convert(tiny_layouts["framework"], tmp_path / "r", to="diffusers", prefer_ema=False)
+    assert not torch.equal(_tensors(regular)["proj_in.weight"], reference["proj_in.weight"])
+
+
+def _with_extra_tensor(tiny_layouts, tmp_path):
+    import shutil
+
+    folder = tmp_path / "bad"
+    shutil.copytree(tiny_layouts["flat"], folder)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["layers.0.self_attn.rotary_gate.weight"] = torch.ones(3)
+    tensors["unrelated_head.weight"] = torch.ones(3)
+    save_file(tensors, folder / "model.safetensors")
+    return folder
+
+
+def test_refuses_unmapped_keys_and_writes_nothing(tiny_layouts, tmp_path):
+    bad = _with_extra_tensor(tiny_layouts, tmp_path)
+    out_root = tmp_path / "outputs"
+    out_root.mkdir()
+    with pytest.raises(ConversionError, match=r"rotary_gate.*unrelated_head|unrelated_head.*rotary_gate"):
+        convert(bad, out_root / "converted", to="diffusers")
+    assert list(out_root.iterdir()) == []
+
+
+def test_refuses_missing_weights(tiny_layouts, tmp_path):
+    import shutil
+
+    folder = tmp_path / "incomplete"
+    shutil.copytree(tiny_layouts["flat"], folder)
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["layers.1.self_attn.add_k_proj.weight"]
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(ConversionError, match=r"layers\.1\.self_attn\.add_k_proj\.weight"):
+        convert(folder, tmp_path / "out", to="framework")
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_converts_and_reports_errors_in_one_line(tiny_layouts, tmp_path):
+    exe = Path(sys.executable).with_name("cosmos3-convert")
+    ok = subprocess.run(
+        [exe, tiny_layouts["diffusers"], tmp_path / "fw", "--to", "framework"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "fw" / "model.safetensors").is_file()
+    bad = _with_extra_tensor(tiny_layouts, tmp_path)
+    failed = subprocess.run([exe, bad, tmp_path / "x"], capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 2
+    assert failed.stderr.startswith("error: ") and failed.stderr.count("\n") == 1
+    assert "unrelated_head.weight" in failed.stderr and "Traceback" not in failed.stderr
+    assert not (tmp_path / "x").exists()
+    help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120).stdout
+    assert "--to" in help_text and "framework" in help_text
