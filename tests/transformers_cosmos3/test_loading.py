@@ -75,5 +75,5 @@ def test_missing_reasoner_weight_is_named(tiny_layouts, tmp_path):
 def test_missing_config_is_explained(tiny_layouts, tmp_path):
     folder, _ = _copy_flat(tiny_layouts, tmp_path)
     (folder / "config.json").unlink()
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match=r"config\.json"):
         Cosmos3ForConditionalGeneration.from_pretrained(folder)
