@@ -1,7 +1,8 @@
-"""The `cosmos-train` command line: one subcommand per job."""
+"""The `cosmos-train` command line: one subcommand per job, each mapped to a trainer."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -15,10 +16,117 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+ConfigOption = Annotated[
+    Path, typer.Option("--config", "-c", metavar="FILE.toml", help="Job file (TOML).", show_default=False)
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", metavar="SECTION.KEY=VALUE", help="Override a job value (repeatable).", show_default=False
+    ),
+]
+
+
+def _fail(error: Exception, code: int = 2):
+    typer.echo(f"error: {error}", err=True)
+    raise typer.Exit(code)
+
+
+def _read_job(config: Path, overrides: list[str] | None):
+    from .config import ConfigError
+    from .jobs import read_job
+
+    try:
+        return read_job(config, overrides)
+    except ConfigError as error:
+        _fail(error)
+
 
 @app.callback()
-def _root() -> None:
+def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
     """Post-training for Cosmos3 and the models around it."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+
+
+@app.command()
+def sft(config: ConfigOption, set_: SetOption = None) -> None:
+    """Supervised fine-tuning (TRL SFTTrainer) of the Cosmos3 reasoner, a VLM or a text LM.
+
+    Examples:
+
+      cosmos-train sft --config examples/sft/tiny_cosmos3_lora.toml
+
+      cosmos-train sft -c job.toml --set train.max_steps=100 --set lora.r=32
+
+      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train sft -c job.toml
+    """
+    from .config import ConfigError
+    from .data import DataError
+    from .trainers.common import NonFiniteLossError
+    from .trainers.sft_config import build_sft_config
+    from .trainers.sft_trainer import run_sft
+
+    job = _read_job(config, set_)
+    try:
+        build_sft_config(job.config, job.source)  # fail on a bad [train] before loading anything
+        output = run_sft(job.config, job.source, job.text)
+    except (ConfigError, DataError) as error:
+        _fail(error)
+    except NonFiniteLossError as error:
+        _fail(error, code=1)
+    typer.echo(f"trained model saved to {output}")
+
+
+@app.command("validate-config")
+def validate_config(
+    config: Annotated[Path, typer.Argument(help="Job file (TOML).")], set_: SetOption = None
+) -> None:
+    """Check a job file without training: sections, keys, values, [train] fields, paths.
+
+    Example:
+
+      cosmos-train validate-config examples/sft/tiny_cosmos3_lora.toml
+    """
+    from .config import ConfigError
+    from .trainers.sft_config import build_sft_config
+
+    job = _read_job(config, set_)
+    try:
+        build_sft_config(job.config, job.source)
+    except ConfigError as error:
+        _fail(error)
+    data = job.config.data
+    for key, value in (("path", data.path), ("media_dir", data.media_dir)):
+        if value and data.format != "hf" and not Path(value).exists():
+            _fail(f"{job.source}: [data] {key} {value} does not exist")
+    typer.echo(f"{job.source}: ok")
+
+
+@app.command()
+def export(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint-N folder or a run's output_dir.")],
+    out: Annotated[Path, typer.Argument(help="Folder to write (must not exist unless --overwrite).")],
+    merge_lora: Annotated[bool, typer.Option(help="Merge a LoRA adapter into the full weights.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
+) -> None:
+    """Write a trained checkpoint as a save_pretrained folder (adapter or merged model) with its
+    tokenizer/processor and a model card.
+
+    Examples:
+
+      cosmos-train export runs/sft/checkpoint-200 exported/adapter
+
+      cosmos-train export runs/sft exported/full --merge-lora
+    """
+    from .export import export as export_checkpoint
+
+    try:
+        written = export_checkpoint(checkpoint, out, merge_lora=merge_lora, overwrite=overwrite)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        _fail(error)
+    typer.echo(f"exported to {written}")
 
 
 @app.command()
@@ -39,8 +147,7 @@ def quickstart(
     try:
         run(output_dir, log=typer.echo)
     except FileExistsError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
+        _fail(error)
 
 
 def main() -> None:

@@ -81,4 +81,7 @@ class Cosmos3ForConditionalGeneration(_Reasoner):
         state_dict = load_tensors(files, names)
         for key in HUB_KWARGS:
             kwargs.pop(key, None)
-        return super().from_pretrained(None, *args, config=config, state_dict=state_dict, **kwargs)
+        model = super().from_pretrained(None, *args, config=config, state_dict=state_dict, **kwargs)
+        # Record where the weights came from, as a path load would (PEFT adapters save it as their base).
+        model.config._name_or_path = model.name_or_path = str(pretrained_model_name_or_path)
+        return model

@@ -1,0 +1,106 @@
+"""Load the model and its processor for a job, freeze what the job asks, and build its LoRA config.
+
+One path for a hub id or a local folder. Families:
+- Cosmos3 reasoner (`cosmos3_omni`): through transformers-cosmos3, so every checkpoint layout loads.
+- Vision-language models (Qwen3-VL, Qwen2.5-VL, Cosmos3 Edge, ...): `AutoModelForImageTextToText`.
+- Causal text LMs (Qwen3, ...): `AutoModelForCausalLM`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    AutoTokenizer,
+    PreTrainedModel,
+)
+from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+from .config import LoraSection, ModelSection
+
+logger = logging.getLogger(__name__)
+
+# Where the vision towers of the supported VLMs live; frozen with `freeze = ["vision"]` and kept free
+# of LoRA adapters unless the job names them.
+VISION_TOWER_PATTERN = r"(^|\.)(visual|vision_tower|vision_model)\."
+
+
+@dataclass
+class LoadedModel:
+    model: PreTrainedModel
+    processing_class: object  # a processor for VLMs, a tokenizer for text LMs
+    is_vision_language: bool
+
+
+def _dtype(name: str):
+    return "auto" if name == "auto" else getattr(torch, name)
+
+
+def load_model(section: ModelSection) -> LoadedModel:
+    """Model and processor (VLMs) or tokenizer (text LMs) for `section.name_or_path`."""
+    import transformers_cosmos3  # noqa: F401  (registers cosmos3 where transformers lacks it)
+    from transformers_cosmos3 import Cosmos3ForConditionalGeneration
+
+    kwargs = {"dtype": _dtype(section.dtype), "trust_remote_code": section.trust_remote_code}
+    if section.attn_implementation:
+        kwargs["attn_implementation"] = section.attn_implementation
+    config = AutoConfig.from_pretrained(section.name_or_path, trust_remote_code=section.trust_remote_code)
+    if config.model_type == "cosmos3_omni":
+        model = Cosmos3ForConditionalGeneration.from_pretrained(section.name_or_path, **kwargs)
+        is_vlm = True
+    elif config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        model = AutoModelForImageTextToText.from_pretrained(section.name_or_path, **kwargs)
+        is_vlm = True
+    else:
+        model = AutoModelForCausalLM.from_pretrained(section.name_or_path, **kwargs)
+        is_vlm = False
+    loader = AutoProcessor if is_vlm else AutoTokenizer
+    processing_class = loader.from_pretrained(
+        section.name_or_path, trust_remote_code=section.trust_remote_code
+    )
+    freeze(model, section.freeze)
+    return LoadedModel(model, processing_class, is_vlm)
+
+
+def freeze(model: torch.nn.Module, patterns: list[str]) -> list[str]:
+    """Turn off gradients for parameters whose name matches any regex; `vision` means the vision tower.
+
+    Returns the frozen names. A pattern that matches nothing is an error: it is almost always a typo.
+    """
+    frozen = []
+    for pattern in patterns:
+        regex = re.compile(VISION_TOWER_PATTERN if pattern == "vision" else pattern)
+        matched = [name for name, _ in model.named_parameters() if regex.search(name)]
+        if not matched:
+            raise ValueError(f"[model] freeze pattern {pattern!r} matches no parameter")
+        frozen += matched
+    for name, parameter in model.named_parameters():
+        if name in frozen:
+            parameter.requires_grad_(False)
+    if frozen:
+        logger.info("froze %d parameter tensors", len(set(frozen)))
+    return frozen
+
+
+def lora_config(section: LoraSection, is_vision_language: bool):
+    """The PEFT `LoraConfig`; by default adapters skip the vision tower of a VLM."""
+    from peft import LoraConfig
+
+    exclude = section.exclude_modules
+    if exclude is None and is_vision_language:
+        exclude = [r".*(visual|vision_tower|vision_model)\..*"]
+    return LoraConfig(
+        r=section.r,
+        lora_alpha=section.alpha,
+        lora_dropout=section.dropout,
+        target_modules=section.target_modules,
+        exclude_modules="|".join(f"(?:{p})" for p in exclude) if exclude else None,
+        task_type="CAUSAL_LM",
+    )

@@ -1,0 +1,1 @@
+"""One trainer per file, each with its TRL config beside it."""
