@@ -92,7 +92,7 @@ def test_overrides_apply_and_are_validated(tmp_path):
     assert job.config.train["max_steps"] == 7 and job.config.lora.r == 4
     assert job.config.data.system_prompt == "Be brief."
     assert "[train] unknown key 'max_stepz'" in _error(tmp_path, GOOD, ["train.max_stepz=1"])
-    with pytest.raises(ConfigError, match="section.key=value"):
+    with pytest.raises(ConfigError, match=r"section\.key=value"):
         load_job_config(_write(tmp_path, GOOD), ["max_steps"])
 
 

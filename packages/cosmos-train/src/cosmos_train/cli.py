@@ -27,8 +27,9 @@ SetOption = Annotated[
 ]
 
 
-def _fail(error: Exception, code: int = 2):
-    typer.echo(f"error: {error}", err=True)
+def _fail(error: Exception | str, code: int = 2):
+    # Runtime failures (code 1) may interrupt a progress bar mid-line: start on a fresh one.
+    typer.echo(f"{chr(10) if code == 1 else ''}error: {error}", err=True)
     raise typer.Exit(code)
 
 
@@ -71,7 +72,7 @@ def sft(config: ConfigOption, set_: SetOption = None) -> None:
     job = _read_job(config, set_)
     try:
         build_sft_config(job.config, job.source)  # fail on a bad [train] before loading anything
-        output = run_sft(job.config, job.source, job.text)
+        output = run_sft(job.config, job.source, job.text).args.output_dir
     except (ConfigError, DataError) as error:
         _fail(error)
     except NonFiniteLossError as error:

@@ -340,3 +340,112 @@ def add_training_copy(framework_dir: Path, seed: int = 0) -> None:
     raw = {k: v + 0.01 * torch.randn(v.shape, generator=generator).to(v.dtype) for k, v in ema.items()}
     tensors = {"net_ema." + k.removeprefix("net."): v for k, v in ema.items()} | raw
     save_file(tensors, weights, metadata={"format": "pt"})
+
+
+def _text_config(tokenizer, sizes: Sizes = TINY) -> dict:
+    return {
+        "vocab_size": vocab_size(tokenizer),
+        "hidden_size": sizes.hidden,
+        "intermediate_size": sizes.intermediate,
+        "num_hidden_layers": sizes.layers,
+        "num_attention_heads": sizes.heads,
+        "num_key_value_heads": sizes.kv_heads,
+        "head_dim": sizes.head_dim,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": False,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def save_tiny_text_lm(path: str | Path, seed: int = 0) -> Path:
+    """A tiny Qwen3 causal LM with the tiny tokenizer, saved with `save_pretrained`."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = build_tokenizer()
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(Qwen3Config(**_text_config(tokenizer)))
+    _randomize(model)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return Path(path)
+
+
+def save_tiny_vlm(path: str | Path, family: str = "qwen3_vl", seed: int = 0) -> Path:
+    """A tiny Qwen3-VL or Qwen2.5-VL with its processor, saved with `save_pretrained`."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    tokenizer = build_tokenizer()
+    ids = tokenizer.convert_tokens_to_ids
+    text = _text_config(tokenizer)
+    if family == "qwen3_vl":
+        text["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": ROPE_THETA,
+            "mrope_section": list(TINY.mrope_section),
+            "mrope_interleaved": True,
+        }
+        vision = vision_config().to_dict()
+    elif family == "qwen2_5_vl":
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": ROPE_THETA, "mrope_section": [4, 2, 2]}
+        vision = {
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "patch_size": 8,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "out_hidden_size": TINY.hidden,
+            "window_size": 32,
+            "fullatt_block_indexes": [1],
+        }
+    else:
+        raise ValueError(f"unknown tiny VLM family {family!r}; expected qwen3_vl or qwen2_5_vl")
+    config = AutoConfig.for_model(
+        family,
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config)
+    _randomize(model)
+    model.save_pretrained(path)
+    _vlm_processor(tokenizer, family).save_pretrained(path)
+    return Path(path)
+
+
+def _vlm_processor(tokenizer, family: str):
+    if family == "qwen3_vl":
+        return build_processor(tokenizer)
+    from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+
+    side = 16
+    size = {"shortest_edge": side * side, "longest_edge": 64 * side * side}
+    return Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(patch_size=8, merge_size=2, size=size),
+        video_processor=Qwen2VLVideoProcessor(patch_size=8, merge_size=2, temporal_patch_size=2, size=size),
+        tokenizer=tokenizer,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def save_tiny_cosmos3_reasoner(path: str | Path, seed: int = 0) -> Path:
+    """Just the tiny Cosmos3 reasoner (transformers layout) with its processor: fast for SFT tests."""
+    from transformers import Cosmos3OmniForConditionalGeneration
+
+    tokenizer = build_tokenizer()
+    torch.manual_seed(seed)
+    model = Cosmos3OmniForConditionalGeneration(reasoner_config(tokenizer))
+    _randomize(model)
+    model.save_pretrained(path)
+    build_processor(tokenizer).save_pretrained(path)
+    return Path(path)

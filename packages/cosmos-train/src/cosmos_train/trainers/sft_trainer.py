@@ -30,8 +30,8 @@ class CosmosSFTTrainer(CrashSafeTrainerMixin, SFTTrainer):
     """TRL's `SFTTrainer` with crash-safe checkpoints and a stop on non-finite loss."""
 
 
-def run_sft(job: JobConfig, source: str = "job.toml", job_text: str | None = None) -> Path:
-    """Run an SFT job; returns the folder holding the final model."""
+def run_sft(job: JobConfig, source: str = "job.toml", job_text: str | None = None) -> CosmosSFTTrainer:
+    """Run an SFT job; the final model is in `trainer.args.output_dir`."""
     args = build_sft_config(job, source)
     loaded = load_model(job.model)
     dataset, report = load_conversations(job.data)
@@ -71,4 +71,4 @@ def run_sft(job: JobConfig, source: str = "job.toml", job_text: str | None = Non
         loaded.processing_class.save_pretrained(output_dir)
         if job_text is not None:
             (output_dir / "cosmos_train_job.toml").write_text(job_text)
-    return output_dir
+    return trainer

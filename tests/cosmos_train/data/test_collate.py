@@ -1,0 +1,257 @@
+"""Collation through the real processors: media tokens match the grids, labels cover exactly the assistant turns."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from cosmos_train.config import DataSection
+from cosmos_train.data import DataError, build_collator, load_conversations
+
+
+def write_jsonl(path, records):
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+def image_turn(image, text):
+    return {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": text}]}
+
+
+@pytest.fixture(scope="module")
+def mixed(shapes_dir, tmp_path_factory):
+    """Rows: single-turn image, two-turn image with a system turn, text-only, and the two video records."""
+    path = write_jsonl(
+        tmp_path_factory.mktemp("mixed") / "mixed.jsonl",
+        [
+            {
+                "messages": [
+                    image_turn("images/red_square.png", "What color is the shape?"),
+                    {"role": "assistant", "content": "red"},
+                ]
+            },
+            {
+                "messages": [
+                    {"role": "system", "content": "Answer in one word."},
+                    image_turn("images/blue_circle.png", "Shape?"),
+                    {"role": "assistant", "content": "circle"},
+                    {"role": "user", "content": "And its color?"},
+                    {"role": "assistant", "content": "blue"},
+                ]
+            },
+            {"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]},
+        ],
+    )
+    data = DataSection(format="jsonl", path=str(path), media_dir=str(shapes_dir))
+    rows, _ = load_conversations(data)
+    videos, _ = load_conversations(DataSection(format="jsonl", path=str(shapes_dir / "chat.jsonl")))
+    return data, [rows[i] for i in range(len(rows))] + [videos[24], videos[25]]
+
+
+def assistant_spans(input_ids, tokenizer, trailing_newline=False):
+    """Expected loss mask, computed from the tokens: after each `<|im_start|>assistant\\n` up to its `<|im_end|>`."""
+    ids = input_ids.tolist()
+    start = [tokenizer.convert_tokens_to_ids("<|im_start|>"), *tokenizer.encode("assistant\n")]
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    mask = torch.zeros(len(ids), dtype=torch.bool)
+    i = 0
+    while i < len(ids):
+        if ids[i : i + len(start)] == start:
+            j = i + len(start)
+            while ids[j] != end:
+                j += 1
+            j += 2 if trailing_newline else 1
+            mask[i + len(start) : j] = True
+            i = j
+        else:
+            i += 1
+    return mask
+
+
+def check_labels(batch, tokenizer, answers, trailing_newline=False):
+    eot = "<|im_end|>" + ("\n" if trailing_newline else "")
+    for row, expected in enumerate(answers):
+        ids, labels = batch["input_ids"][row], batch["labels"][row]
+        mask = assistant_spans(ids, tokenizer, trailing_newline)
+        assert torch.equal(labels != -100, mask & batch["attention_mask"][row].bool())
+        assert torch.equal(labels[mask], ids[mask])
+        assert tokenizer.decode(labels[mask]) == "".join(answer + eot for answer in expected)
+
+
+def check_media_tokens(batch, processor, kind):
+    merge = processor.image_processor.merge_size**2
+    grid = batch[f"{kind}_grid_thw"]
+    pad = getattr(processor, f"{kind}_token_id")
+    counts = (batch["input_ids"] == pad).sum(dim=1)
+    assert int(counts.sum()) == int(grid.prod(dim=1).sum()) // merge
+    pixels = batch["pixel_values" if kind == "image" else "pixel_values_videos"]
+    assert pixels.shape[0] == int(grid.prod(dim=1).sum())
+    return counts
+
+
+def test_cosmos3_image_batch(mixed, tokenizer, cosmos_processor):
+    from transformers import Cosmos3OmniForConditionalGeneration
+
+    from cosmos_train import tiny
+
+    data, rows = mixed
+    batch = build_collator(cosmos_processor, data, 4096)(rows[:3])
+    assert {"input_ids", "attention_mask", "labels", "pixel_values", "image_grid_thw"} <= set(batch)
+    assert batch["input_ids"].shape == batch["attention_mask"].shape == batch["labels"].shape
+    assert batch["input_ids"].shape[0] == 3 and "pixel_values_videos" not in batch
+    assert batch["image_grid_thw"].tolist() == [[1, 4, 4], [1, 4, 4]]  # 32x32 images, 8px patches
+    assert check_media_tokens(batch, cosmos_processor, "image").tolist() == [4, 4, 0]
+    # Right padding: the attention mask is a prefix of ones, padding is never a target.
+    lengths = batch["attention_mask"].sum(dim=1)
+    assert torch.equal(
+        batch["attention_mask"], (torch.arange(batch["input_ids"].shape[1]) < lengths[:, None]).long()
+    )
+    assert (batch["input_ids"][2, lengths[2] :] == tokenizer.pad_token_id).all()
+    check_labels(batch, tokenizer, [["red"], ["circle", "blue"], ["hi"]])
+
+    model = Cosmos3OmniForConditionalGeneration(tiny.reasoner_config(tokenizer))
+    assert torch.isfinite(model(**batch).loss)
+
+
+def test_cosmos3_video_batch_carries_real_frame_timing(mixed, tokenizer, cosmos_processor):
+    from transformers import Cosmos3OmniForConditionalGeneration
+
+    from cosmos_train import tiny
+
+    data, rows = mixed
+    batch = build_collator(cosmos_processor, data, None)(rows[3:] + rows[:1])
+    # clip.mp4: 8 frames at 4 fps; data.fps=2 samples frames 0, 2, 4, 6 -> two temporal patches of 4x4.
+    assert batch["video_grid_thw"].tolist() == [[2, 4, 4], [2, 4, 4]]
+    assert check_media_tokens(batch, cosmos_processor, "video").tolist() == [8, 8, 0]
+    assert check_media_tokens(batch, cosmos_processor, "image").tolist() == [0, 0, 4]
+    # Qwen3-VL writes each patch's mean timestamp from the metadata: (0/4 + 2/4) / 2 and (4/4 + 6/4) / 2 s.
+    text = tokenizer.decode(batch["input_ids"][0])
+    assert "<0.2 seconds>" in text and "<1.2 seconds>" in text
+    check_labels(batch, tokenizer, [["red"], ["right"], ["red"]])
+    model = Cosmos3OmniForConditionalGeneration(tiny.reasoner_config(tokenizer))
+    assert torch.isfinite(model(**batch).loss)
+
+    capped = build_collator(cosmos_processor, data.model_copy(update={"max_frames": 2}), None)(rows[3:4])
+    assert capped["video_grid_thw"].tolist() == [[1, 4, 4]]  # frames 0 and 7
+    assert "<0.9 seconds>" in tokenizer.decode(capped["input_ids"][0])
+
+
+@pytest.fixture(scope="module")
+def qwen25_processor(tokenizer):
+    """A tiny Qwen2.5-VL processor with the stock Qwen2.5-VL template, which has no generation markers."""
+    from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+    from trl.chat_template_utils import qwen2_5_vl_chat_template
+
+    sizes = {
+        "patch_size": 8,
+        "merge_size": 2,
+        "temporal_patch_size": 2,
+        "size": {"shortest_edge": 256, "longest_edge": 16384},
+    }
+    return Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**sizes),
+        video_processor=Qwen2VLVideoProcessor(**sizes),
+        tokenizer=tokenizer,
+        chat_template=qwen2_5_vl_chat_template,
+    )
+
+
+def test_qwen25_vl_uses_trls_training_template(mixed, tokenizer, qwen25_processor):
+    data, rows = mixed
+    batch = build_collator(qwen25_processor, data, 4096)(rows[:3] + rows[3:4])
+    assert batch["image_grid_thw"].tolist() == [[1, 4, 4], [1, 4, 4]]
+    assert check_media_tokens(batch, qwen25_processor, "image").tolist() == [4, 4, 0, 0]
+    assert check_media_tokens(batch, qwen25_processor, "video").tolist() == [0, 0, 0, 8]
+    # Two frames per temporal patch at the sampled 2 frames/s: one second per grid step.
+    assert batch["second_per_grid_ts"].tolist() == [1.0]
+    text = tokenizer.decode(batch["input_ids"][0])
+    assert text.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n")
+    # The training variant's generation span ends with the newline after <|im_end|>.
+    check_labels(batch, tokenizer, [["red"], ["circle", "blue"], ["hi"], ["red"]], trailing_newline=True)
+
+
+def test_text_only_tokenizer(mixed, tokenizer):
+    data, rows = mixed
+    collate = build_collator(tokenizer, data, None)
+    batch = collate([rows[2], rows[2]])
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}
+    assert (
+        tokenizer.decode(batch["input_ids"][0])
+        == "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\nhi<|im_end|>\n"
+    )
+    check_labels(batch, tokenizer, [["hi"], ["hi"]])
+    with pytest.raises(
+        DataError, match=r"^.*mixed.jsonl:1: has images or videos but the model is text-only$"
+    ):
+        collate([rows[2], rows[0]])
+
+    packed = build_collator(tokenizer, data.model_copy(update={"packing": True}), None)([rows[2], rows[2]])
+    length = batch["input_ids"].shape[1]
+    assert packed["input_ids"].shape == (1, 2 * length) and "attention_mask" not in packed
+    assert packed["position_ids"][0].tolist() == list(range(length)) * 2
+
+
+def test_truncation_never_cuts_media_tokens(mixed, tokenizer, cosmos_processor):
+    data, rows = mixed
+    full = build_collator(cosmos_processor, data, None)([rows[0]])
+    length = full["input_ids"].shape[1]
+    cut = build_collator(cosmos_processor, data, length - 2)([rows[0]])  # drops "<|im_end|>\n"
+    assert cut["input_ids"].shape == cut["labels"].shape == cut["mm_token_type_ids"].shape == (1, length - 2)
+    assert torch.equal(cut["input_ids"], full["input_ids"][:, : length - 2])
+    assert tokenizer.decode(cut["labels"][0][cut["labels"][0] != -100]) == "red"
+
+    first_pad = int((full["input_ids"][0] == cosmos_processor.image_token_id).nonzero()[0])
+    with pytest.raises(DataError) as error:
+        build_collator(cosmos_processor, data, first_pad + 1)([rows[2], rows[0]])
+    assert str(error.value) == (
+        f"{rows[0]['source']}: {length} tokens exceed max_length={first_pad + 1} and truncating would cut media tokens"
+    )
+
+    text_cut = build_collator(tokenizer, data, 10)([rows[2]])
+    assert text_cut["input_ids"].shape == (1, 10)
+
+
+def test_template_without_generation_markers_unknown_to_trl_is_rejected(mixed):
+    from cosmos_train import tiny
+
+    data, _ = mixed
+    tokenizer = tiny.build_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    with pytest.raises(DataError, match=r"no \{% generation %\} markers and TRL knows no training variant"):
+        build_collator(tokenizer, data, None)
+
+
+def test_packing_is_text_only(mixed, cosmos_processor):
+    data, _ = mixed
+    with pytest.raises(DataError, match="packing"):
+        build_collator(cosmos_processor, data.model_copy(update={"packing": True}), None)
+
+
+def test_frame_count_follows_data_fps(mixed, cosmos_processor):
+    data, rows = mixed
+    for fps, frames in ((1, 2), (4, 8)):  # clip.mp4 is 2 s long
+        batch = build_collator(cosmos_processor, data.model_copy(update={"fps": fps}), None)(rows[3:4])
+        assert batch["video_grid_thw"][0, 0].item() == math.ceil(frames / 2)
+
+
+def test_a_generation_span_without_the_end_of_turn_token_is_flagged(mixed, caplog):
+    import logging
+
+    from cosmos_train import tiny
+
+    data, rows = mixed
+    tokenizer = tiny.build_tokenizer()
+    closing = "{{- '<|im_end|>' -}}{%- endgeneration -%}"
+    assert closing in tiny.CHAT_TEMPLATE
+    tokenizer.chat_template = tiny.CHAT_TEMPLATE.replace(closing, "{%- endgeneration -%}{{- '<|im_end|>' -}}")
+    with caplog.at_level(logging.WARNING, logger="cosmos_train.data"):
+        batch = build_collator(tokenizer, data, None)([rows[2]])
+    assert [r.getMessage() for r in caplog.records] == [
+        "the chat template's {% generation %} span leaves out the end-of-turn token <|im_end|>"
+    ]
+    assert tokenizer.decode(batch["labels"][0][batch["labels"][0] != -100]) == "hi"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cosmos_train.data"):
+        build_collator(tiny.build_tokenizer(), data, None)
+    assert not caplog.records

@@ -1,0 +1,55 @@
+"""Job files and runs shared by the SFT tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHAPES = REPO / "examples" / "data" / "shapes"
+
+
+def write_job(folder: Path, model: Path, *, lora: bool = True, data: str = "llava", train: dict | None = None,
+              extra: str = "") -> Path:
+    """A small job file for the tiny models on the bundled shapes sample."""
+    data_path = {"llava": SHAPES / "llava.json", "jsonl": SHAPES / "chat.jsonl"}[data]
+    settings = {
+        "output_dir": str(folder / "run"),
+        "learning_rate": 5e-3,
+        "max_steps": 12,
+        "per_device_train_batch_size": 4,
+        "logging_steps": 1,
+        "save_steps": 6,
+        "report_to": "none",
+        "seed": 0,
+        "dataloader_num_workers": 0,
+    } | (train or {})
+    lines = [f'[model]\nname_or_path = "{model}"\n']
+    if lora:
+        lines.append("[lora]\nr = 8\nalpha = 16\n")
+    lines.append(f'[data]\nformat = "{data}"\npath = "{data_path}"\nmedia_dir = "{SHAPES}"\nmax_length = 512\n')
+    lines.append("[train]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in settings.items()))
+    job = folder / "job.toml"
+    job.write_text("\n".join(lines) + extra)
+    return job
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)
+
+
+def cli(*args, env=None, timeout=900, **kwargs):
+    exe = Path(sys.executable).with_name("cosmos-train")
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env,
+                          **kwargs)
+
+
+def losses(trainer) -> list[float]:
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
