@@ -10,8 +10,15 @@ REPO = Path(__file__).resolve().parents[1]
 SHAPES = REPO / "examples" / "data" / "shapes"
 
 
-def write_job(folder: Path, model: Path, *, lora: bool = True, data: str = "llava", train: dict | None = None,
-              extra: str = "") -> Path:
+def write_job(
+    folder: Path,
+    model: Path,
+    *,
+    lora: bool = True,
+    data: str = "llava",
+    train: dict | None = None,
+    extra: str = "",
+) -> Path:
     """A small job file for the tiny models on the bundled shapes sample."""
     data_path = {"llava": SHAPES / "llava.json", "jsonl": SHAPES / "chat.jsonl"}[data]
     settings = {
@@ -28,7 +35,9 @@ def write_job(folder: Path, model: Path, *, lora: bool = True, data: str = "llav
     lines = [f'[model]\nname_or_path = "{model}"\n']
     if lora:
         lines.append("[lora]\nr = 8\nalpha = 16\n")
-    lines.append(f'[data]\nformat = "{data}"\npath = "{data_path}"\nmedia_dir = "{SHAPES}"\nmax_length = 512\n')
+    lines.append(
+        f'[data]\nformat = "{data}"\npath = "{data_path}"\nmedia_dir = "{SHAPES}"\nmax_length = 512\n'
+    )
     lines.append("[train]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in settings.items()))
     job = folder / "job.toml"
     job.write_text("\n".join(lines) + extra)
@@ -47,9 +56,26 @@ def _toml(value) -> str:
 
 def cli(*args, env=None, timeout=900, **kwargs):
     exe = Path(sys.executable).with_name("cosmos-train")
-    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env,
-                          **kwargs)
+    return subprocess.run(
+        [str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env, **kwargs
+    )
 
 
 def losses(trainer) -> list[float]:
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+
+def write_ragged_chats(path: Path, count: int, seed: int = 0, max_words: int = 60) -> Path:
+    """Text conversations of very different lengths (what packing is for)."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    words = ["red", "green", "blue", "cube", "sphere", "moves", "left", "right", "robot", "arm", "table"]
+    with open(path, "w") as handle:
+        for _ in range(count):
+            question = " ".join(rng.choice(words) for _ in range(rng.randint(1, max_words)))
+            answer = " ".join(rng.choice(words) for _ in range(rng.randint(1, max_words)))
+            messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+            handle.write(json.dumps({"messages": messages}) + "\n")
+    return path

@@ -20,6 +20,10 @@ def test_quickstart_cli_builds_converts_loads_and_generates(tmp_path):
     for layout in ("diffusers", "transformers", "flat", "framework", "vllm"):
         assert Path(summary[f"checkpoint:{layout}"]).is_dir()
     assert "text2image.png" in result.stdout
+    # The LoRA SFT step learned: loss fell by a margin, and the merged export reloads and answers.
+    history = summary["sft_losses"]
+    assert len(history) >= 5 and history[-1] < 0.8 * history[0], history
+    assert (Path(summary["export"]) / "config.json").is_file() and isinstance(summary["answer"], str)
 
     # A second run replaces its own output; a foreign folder is refused with a one-line error.
     again = subprocess.run(

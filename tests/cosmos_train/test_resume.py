@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from cosmos_train import tiny
-from cosmos_train.checkpoints import is_complete, latest_complete_checkpoint, mark_complete
 from safetensors.torch import load_file
 from sft_helpers import cli, write_job
+
+from cosmos_train import tiny
+from cosmos_train.checkpoints import is_complete, latest_complete_checkpoint, mark_complete
 
 TRAIN = {"max_steps": 16, "save_steps": 4, "learning_rate": 5e-3, "per_device_train_batch_size": 2}
 
@@ -44,7 +45,9 @@ def test_sigkill_then_resume_gives_bit_equal_weights(tmp_path):
     killed_dir.mkdir()
     job = write_job(killed_dir, model, train=TRAIN | {"resume_from_checkpoint": True})
     exe = Path(sys.executable).with_name("cosmos-train")
-    process = subprocess.Popen([exe, "sft", "--config", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [exe, "sft", "--config", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     run = killed_dir / "run"
     deadline = time.monotonic() + 600
     while not is_complete(run / "checkpoint-8") and time.monotonic() < deadline:

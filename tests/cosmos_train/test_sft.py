@@ -6,13 +6,14 @@ import json
 
 import pytest
 import torch
-from cosmos_train import tiny
-from cosmos_train.jobs import read_job
-from cosmos_train.trainers.sft_trainer import run_sft
 from peft import PeftModel
 from PIL import Image
 from sft_helpers import SHAPES, cli, losses, write_job
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
+
+from cosmos_train import tiny
+from cosmos_train.jobs import read_job
+from cosmos_train.trainers.sft_trainer import run_sft
 from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
 
@@ -34,7 +35,9 @@ def lora_run(tmp_path_factory, reasoner):
 
 def _inputs(model_dir):
     processor = AutoProcessor.from_pretrained(model_dir)
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What color is the shape?"}]}]
+    messages = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What color is the shape?"}]}
+    ]
     text = processor.apply_chat_template(messages, add_generation_prompt=True)
     image = Image.open(SHAPES / "images" / "blue_circle.png").convert("RGB")
     return processor(text=[text], images=[image], return_tensors="pt")
@@ -61,7 +64,9 @@ def test_export_adapter_and_merged_reload_with_same_outputs(lora_run, reasoner, 
     assert result.returncode == 0, result.stderr[-2000:]
     assert (adapter / "adapter_config.json").is_file() and (adapter / "README.md").is_file()
     assert "cosmos-train" in (adapter / "README.md").read_text()
-    reloaded = PeftModel.from_pretrained(Cosmos3ForConditionalGeneration.from_pretrained(reasoner), adapter).eval()
+    reloaded = PeftModel.from_pretrained(
+        Cosmos3ForConditionalGeneration.from_pretrained(reasoner), adapter
+    ).eval()
     with torch.no_grad():
         assert torch.equal(reloaded(**inputs).logits, reference)
 
@@ -90,11 +95,15 @@ def test_full_finetune_with_frozen_vision_tower(tmp_path, reasoner):
     trainer = _train(tmp_path, reasoner, lora=False, train={"max_steps": 3, "save_strategy": "no"})
     # Unfrozen, full fine-tuning moves the vision tower too...
     after = trainer.model.state_dict()
-    assert not torch.equal(after["model.visual.blocks.0.attn.qkv.weight"], before["model.visual.blocks.0.attn.qkv.weight"])
+    assert not torch.equal(
+        after["model.visual.blocks.0.attn.qkv.weight"], before["model.visual.blocks.0.attn.qkv.weight"]
+    )
 
     # ...frozen, it stays bit-identical while the language model trains.
     (tmp_path / "frozen").mkdir()
-    job_path = write_job(tmp_path / "frozen", reasoner, lora=False, train={"max_steps": 3, "save_strategy": "no"})
+    job_path = write_job(
+        tmp_path / "frozen", reasoner, lora=False, train={"max_steps": 3, "save_strategy": "no"}
+    )
     job = read_job(job_path, ["model.freeze=['vision']"])
     frozen = run_sft(job.config, job.source).model.state_dict()
     visual = [k for k in before if ".visual." in k]
@@ -114,10 +123,19 @@ def test_vlm_families_image_sft(tmp_path, family):
 def test_video_sft_on_cosmos3_reasoner(tmp_path, reasoner):
     """The JSONL sample mixes image and video conversations; both go through the processor."""
     records = [json.loads(line) for line in (SHAPES / "chat.jsonl").read_text().splitlines()]
-    assert any(part.get("type") == "video" for r in records for m in r["messages"]
-               if isinstance(m["content"], list) for part in m["content"])
-    trainer = _train(tmp_path, reasoner, data="jsonl",
-                     train={"max_steps": 6, "per_device_train_batch_size": 8, "save_strategy": "no"})
+    assert any(
+        part.get("type") == "video"
+        for r in records
+        for m in r["messages"]
+        if isinstance(m["content"], list)
+        for part in m["content"]
+    )
+    trainer = _train(
+        tmp_path,
+        reasoner,
+        data="jsonl",
+        train={"max_steps": 6, "per_device_train_batch_size": 8, "save_strategy": "no"},
+    )
     assert all(map(torch.isfinite, torch.tensor(losses(trainer))))
 
 
@@ -125,12 +143,16 @@ def test_text_lm_sft(tmp_path):
     model = tiny.save_tiny_text_lm(tmp_path / "lm")
     (tmp_path / "text.jsonl").write_text(
         "".join(
-            json.dumps({"messages": [{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": w}]})
+            json.dumps(
+                {"messages": [{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": w}]}
+            )
             + "\n"
             for w in ["red", "green", "blue", "yellow"] * 4
         )
     )
-    job_path = write_job(tmp_path, model, train={"max_steps": 20, "learning_rate": 1e-2, "save_strategy": "no"})
+    job_path = write_job(
+        tmp_path, model, train={"max_steps": 20, "learning_rate": 1e-2, "save_strategy": "no"}
+    )
     job = read_job(job_path, [f'data.path="{tmp_path / "text.jsonl"}"', 'data.format="jsonl"'])
     trainer = run_sft(job.config, job.source)
     history = losses(trainer)
@@ -139,15 +161,26 @@ def test_text_lm_sft(tmp_path):
 
 
 def test_tensorboard_logging(tmp_path, reasoner):
-    trainer = _train(tmp_path, reasoner, train={"max_steps": 2, "save_strategy": "no", "report_to": ["tensorboard"]})
+    trainer = _train(
+        tmp_path, reasoner, train={"max_steps": 2, "save_strategy": "no", "report_to": ["tensorboard"]}
+    )
     assert trainer.state.global_step == 2
     # transformers writes TensorBoard events under output_dir/runs/ (TENSORBOARD_LOGGING_DIR overrides).
     assert list((tmp_path / "run" / "runs").rglob("events.out.tfevents.*"))
 
 
 def test_non_finite_loss_stops_with_clear_message_keeping_last_good_checkpoint(tmp_path, reasoner):
-    job = write_job(tmp_path, reasoner, train={"max_steps": 30, "save_steps": 1, "learning_rate": 1e30,
-                                               "max_grad_norm": 0.0, "lr_scheduler_type": "constant"})
+    job = write_job(
+        tmp_path,
+        reasoner,
+        train={
+            "max_steps": 30,
+            "save_steps": 1,
+            "learning_rate": 1e30,
+            "max_grad_norm": 0.0,
+            "lr_scheduler_type": "constant",
+        },
+    )
     result = cli("sft", "--config", job)
     assert result.returncode == 1, result.stderr[-3000:]
     error = [line for line in result.stderr.splitlines() if line.startswith("error:")]

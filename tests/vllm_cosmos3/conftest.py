@@ -11,7 +11,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 # vLLM's CPU attention kernels take head sizes of 32 and up (the cosmos_train.tiny default is 16).
 HEAD_DIM = 32
@@ -132,7 +132,9 @@ def checkpoints(tiny_reasoner, tmp_path_factory):
         renamed = {to_layout(k, layout): v for k, v in canonical.items()}
         # The flat one in several shards with an index, as large checkpoints come.
         shard = 64 * 1024 if layout is Layout.FLAT else 5 * 1024**3
-        folders[layout.value] = _write(root / layout.value, {"": renamed}, model, tokenizer, max_shard_bytes=shard)
+        folders[layout.value] = _write(
+            root / layout.value, {"": renamed}, model, tokenizer, max_shard_bytes=shard
+        )
 
     generator = torch.Generator().manual_seed(2)
     framework = {to_layout(k, Layout.FRAMEWORK, "net_ema."): v for k, v in canonical.items()}
@@ -169,13 +171,19 @@ def vllm_state():
     load_general_plugins()
 
     def load(folder, **engine_args):
-        args = EngineArgs(model=str(folder), dtype="float32", max_model_len=256, enforce_eager=True, **engine_args)
+        args = EngineArgs(
+            model=str(folder), dtype="float32", max_model_len=256, enforce_eager=True, **engine_args
+        )
         config = args.create_engine_config()
         with set_current_vllm_config(config):
             if not parallel_state.model_parallel_is_initialized():
                 store = folder.parent / f".dist-{os.getpid()}"
                 parallel_state.init_distributed_environment(
-                    world_size=1, rank=0, local_rank=0, distributed_init_method=f"file://{store}", backend="gloo"
+                    world_size=1,
+                    rank=0,
+                    local_rank=0,
+                    distributed_init_method=f"file://{store}",
+                    backend="gloo",
                 )
                 parallel_state.ensure_model_parallel_initialized(1, 1)
             loader = get_model_loader(config.load_config)

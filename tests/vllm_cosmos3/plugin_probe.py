@@ -1,4 +1,4 @@
-"""Run by test_plugin.py in a fresh interpreter: load the plugin the way vLLM does, print what changed (JSON)."""
+"""Run by test_vllm_plugin.py in a fresh interpreter: load the plugin as vLLM does, print what changed."""
 
 import importlib.metadata
 import json
@@ -53,7 +53,9 @@ print(
             "alias_is_any_layout": alias is any_layout,
             "any_layout_subclasses_native": issubclass(any_layout, Cosmos3ForConditionalGeneration),
             "transformers_cosmos3_imported": "transformers_cosmos3" in sys.modules,
-            "config_unchanged": transformers_after[0] is transformers_before[0] is transformers.Cosmos3OmniConfig,
+            "config_unchanged": transformers_after[0]
+            is transformers_before[0]
+            is transformers.Cosmos3OmniConfig,
             "model_unchanged": transformers_after[1]
             is transformers_before[1]
             is transformers.Cosmos3OmniForConditionalGeneration,

@@ -4,6 +4,8 @@
 2. Convert it to every checkpoint layout with `cosmos3-convert`'s engine.
 3. Load the raw framework layout through diffusers-cosmos3 and generate one image (PNG).
 4. Load the framework layout through transformers-cosmos3 and generate one text reply.
+5. LoRA-SFT that reasoner on the bundled LLaVA-format shapes sample, showing the loss fall.
+6. Export the merged model, reload it with `from_pretrained`, and answer one prompt.
 """
 
 from __future__ import annotations
@@ -15,6 +17,34 @@ from collections.abc import Callable
 from pathlib import Path
 
 MARKER = ".cosmos-train-quickstart"
+
+SFT_JOB = """\
+# Written by `cosmos-train quickstart`; run it again with: cosmos-train sft -c {job}
+[model]
+name_or_path = "{model}"
+freeze = ["vision"]
+
+[lora]
+r = 16
+alpha = 32
+
+[data]
+format = "llava"
+path = "{data}/llava.json"
+media_dir = "{data}"
+max_length = 512
+
+[train]
+output_dir = "{output}"
+learning_rate = 1e-2
+max_steps = 40
+per_device_train_batch_size = 4
+logging_steps = 5
+save_strategy = "no"
+report_to = "none"
+seed = 0
+disable_tqdm = true
+"""
 
 
 def _prepare(output_dir: Path) -> None:
@@ -86,9 +116,55 @@ def run(output_dir: Path, log: Callable[[str], None] = print) -> dict[str, str]:
     reply_path.write_text(reply + "\n")
     step(f"image+text -> text reply (random weights, so it is noise): {reply!r} -> {reply_path}")
 
-    results = {"image": str(image_path), "reply": str(reply_path)} | {
-        f"checkpoint:{name}": str(folder) for name, folder in layouts.items()
-    }
+    step("LoRA SFT of that reasoner on the bundled shapes sample (LLaVA format, 40 steps)")
+    from cosmos_train.jobs import read_job
+    from cosmos_train.samples import shapes_dir
+    from cosmos_train.trainers.sft_trainer import run_sft
+
+    job_path = output_dir / "sft_job.toml"
+    job_path.write_text(
+        SFT_JOB.format(
+            job=job_path, model=layouts["framework"], data=shapes_dir(), output=output_dir / "sft-run"
+        )
+    )
+    job = read_job(job_path)
+    trainer = run_sft(job.config, job.source, job.text)
+    history = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    step(
+        f"loss {history[0]:.3f} -> {history[-1]:.3f} over {trainer.state.global_step} steps: "
+        + " ".join(f"{value:.2f}" for value in history)
+    )
+
+    step("exporting the merged model and reloading it with from_pretrained")
+    from PIL import Image
+
+    from cosmos_train.export import export
+
+    exported = export(trainer.args.output_dir, output_dir / "sft-export", merge_lora=True)
+    model = Cosmos3ForConditionalGeneration.from_pretrained(exported).eval()
+    processor = AutoProcessor.from_pretrained(exported)
+    question = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What color is the shape?"}]}
+    ]
+    shape = Image.open(shapes_dir() / "images" / "blue_circle.png").convert("RGB")
+    inputs = processor(
+        text=[processor.apply_chat_template(question, add_generation_prompt=True)],
+        images=[shape],
+        return_tensors="pt",
+    )
+    with torch.no_grad():
+        generated = model.generate(**inputs, max_new_tokens=8, do_sample=False)
+    answer = processor.decode(generated[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    step(f"fine-tuned model, asked the color of a blue circle, answers: {answer!r}")
+
+    results = {
+        "image": str(image_path),
+        "reply": str(reply_path),
+        "sft_job": str(job_path),
+        "sft_losses": history,
+        "export": str(exported),
+        "answer": answer,
+    } | {f"checkpoint:{name}": str(folder) for name, folder in layouts.items()}
     (output_dir / "quickstart.json").write_text(json.dumps(results, indent=2) + "\n")
     step(f"done; summary in {output_dir / 'quickstart.json'}")
     return results

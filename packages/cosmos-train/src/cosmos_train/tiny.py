@@ -358,13 +358,13 @@ def _text_config(tokenizer, sizes: Sizes = TINY) -> dict:
     }
 
 
-def save_tiny_text_lm(path: str | Path, seed: int = 0) -> Path:
+def save_tiny_text_lm(path: str | Path, seed: int = 0, sizes: Sizes = TINY) -> Path:
     """A tiny Qwen3 causal LM with the tiny tokenizer, saved with `save_pretrained`."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     tokenizer = build_tokenizer()
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(Qwen3Config(**_text_config(tokenizer)))
+    model = Qwen3ForCausalLM(Qwen3Config(**_text_config(tokenizer, sizes)))
     _randomize(model)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -387,7 +387,11 @@ def save_tiny_vlm(path: str | Path, family: str = "qwen3_vl", seed: int = 0) -> 
         }
         vision = vision_config().to_dict()
     elif family == "qwen2_5_vl":
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": ROPE_THETA, "mrope_section": [4, 2, 2]}
+        text["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": ROPE_THETA,
+            "mrope_section": [4, 2, 2],
+        }
         vision = {
             "depth": 2,
             "hidden_size": 32,

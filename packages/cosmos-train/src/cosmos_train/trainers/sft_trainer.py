@@ -30,8 +30,13 @@ class CosmosSFTTrainer(CrashSafeTrainerMixin, SFTTrainer):
     """TRL's `SFTTrainer` with crash-safe checkpoints and a stop on non-finite loss."""
 
 
-def run_sft(job: JobConfig, source: str = "job.toml", job_text: str | None = None) -> CosmosSFTTrainer:
-    """Run an SFT job; the final model is in `trainer.args.output_dir`."""
+def run_sft(
+    job: JobConfig, source: str = "job.toml", job_text: str | None = None, callbacks: list | None = None
+) -> CosmosSFTTrainer:
+    """Run an SFT job; the final model is in `trainer.args.output_dir`.
+
+    `callbacks` are extra `transformers.TrainerCallback`s, for scripts that drive a job themselves.
+    """
     args = build_sft_config(job, source)
     loaded = load_model(job.model)
     dataset, report = load_conversations(job.data)
@@ -55,6 +60,7 @@ def run_sft(job: JobConfig, source: str = "job.toml", job_text: str | None = Non
         processing_class=loaded.processing_class,
         data_collator=data_collator,
         peft_config=lora_config(job.lora, loaded.is_vision_language) if job.lora else None,
+        callbacks=callbacks,
     )
 
     resume = None

@@ -4,11 +4,15 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here; run scripts/test-vllm.sh (builds .venv-vllm)")
 
-import torch  # noqa: E402
+import torch
 
-from vllm_cosmos3 import ANY_LAYOUT_ARCH  # noqa: E402
+from vllm_cosmos3 import ANY_LAYOUT_ARCH
 
-PROMPTS = ["Hello world", "The cat sat on the", "<|im_start|>user\nWhat is Cosmos?<|im_end|>\n<|im_start|>assistant\n"]
+PROMPTS = [
+    "Hello world",
+    "The cat sat on the",
+    "<|im_start|>user\nWhat is Cosmos?<|im_end|>\n<|im_start|>assistant\n",
+]
 NEW_TOKENS = 12
 
 
@@ -41,7 +45,7 @@ def test_vllm_greedy_matches_transformers(tiny_reasoner, checkpoints):
         assert len(tokens) == NEW_TOKENS
         expected.append(tokens)
 
-    # Text only: no image/video inputs, so vLLM builds the text tower alone; test_loading covers the ViT.
+    # Text only: vLLM then builds the text tower alone (test_vllm_loading covers the ViT).
     llm = LLM(
         model=str(checkpoints["framework"]),
         hf_overrides={"architectures": [ANY_LAYOUT_ARCH]},

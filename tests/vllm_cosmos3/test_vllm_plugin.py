@@ -4,13 +4,13 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here; run scripts/test-vllm.sh (builds .venv-vllm)")
 
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
+import subprocess
+import sys
+from pathlib import Path
 
-import vllm_cosmos3  # noqa: E402
-from vllm_cosmos3 import ANY_LAYOUT_ARCH, TRANSFORMERS_ARCH  # noqa: E402
+import vllm_cosmos3
+from vllm_cosmos3 import ANY_LAYOUT_ARCH, TRANSFORMERS_ARCH
 
 
 @pytest.fixture(scope="module")

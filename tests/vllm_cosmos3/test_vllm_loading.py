@@ -4,10 +4,10 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here; run scripts/test-vllm.sh (builds .venv-vllm)")
 
-import torch  # noqa: E402
+import torch
 
-from transformers_cosmos3.layouts import Layout, canonical_names, is_generator_key  # noqa: E402
-from vllm_cosmos3 import ANY_LAYOUT_ARCH  # noqa: E402
+from transformers_cosmos3.layouts import Layout, canonical_names, is_generator_key
+from vllm_cosmos3 import ANY_LAYOUT_ARCH
 
 NATIVE_ARCH = "Cosmos3ForConditionalGeneration"
 
