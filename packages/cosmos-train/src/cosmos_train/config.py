@@ -28,7 +28,10 @@ class Section(BaseModel):
 class ModelSection(Section):
     name_or_path: str = Field(description="Hub id or local folder, in any Cosmos3 checkpoint layout.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "flex_attention"] | None = None
+    attn_implementation: (
+        Literal["eager", "sdpa", "segment_sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"]
+        | None
+    ) = None
     freeze: list[str] = Field(
         default_factory=list,
         description="Regexes of parameter names to freeze, e.g. 'visual' for the vision tower.",

@@ -43,14 +43,40 @@ def _dtype(name: str):
     return "auto" if name == "auto" else getattr(torch, name)
 
 
-def load_model(section: ModelSection) -> LoadedModel:
-    """Model and processor (VLMs) or tokenizer (text LMs) for `section.name_or_path`."""
+def _init_deepspeed_comm_for_zero3() -> None:
+    """ZeRO-3 builds the model already partitioned (`deepspeed.zero.Init`), which reads the world size from
+    DeepSpeed's own comm layer. Accelerate sets that up on GPUs; a CPU run (`use_cpu`) only gets torch's
+    gloo process group, which DeepSpeed adopts here. A no-op when already set up or not distributed."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if (
+        is_deepspeed_zero3_enabled()
+        and torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+    ):
+        import deepspeed
+
+        if not deepspeed.comm.is_initialized():
+            deepspeed.init_distributed()
+
+
+def load_model(section: ModelSection, packing: bool = False) -> LoadedModel:
+    """Model and processor (VLMs) or tokenizer (text LMs) for `section.name_or_path`.
+
+    With `packing` and no attention implementation asked for, packed rows use `segment_sdpa`
+    (per-sequence SDPA), since plain SDPA would score every packed sequence against every other.
+    """
     import transformers_cosmos3  # noqa: F401  (registers cosmos3 where transformers lacks it)
     from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
+    from . import attention
+
+    _init_deepspeed_comm_for_zero3()
     kwargs = {"dtype": _dtype(section.dtype), "trust_remote_code": section.trust_remote_code}
     if section.attn_implementation:
         kwargs["attn_implementation"] = section.attn_implementation
+    elif packing:
+        kwargs["attn_implementation"] = attention.NAME
     config = AutoConfig.from_pretrained(section.name_or_path, trust_remote_code=section.trust_remote_code)
     if config.model_type == "cosmos3_omni":
         model = Cosmos3ForConditionalGeneration.from_pretrained(section.name_or_path, **kwargs)

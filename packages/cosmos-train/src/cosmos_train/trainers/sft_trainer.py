@@ -38,7 +38,7 @@ def run_sft(
     `callbacks` are extra `transformers.TrainerCallback`s, for scripts that drive a job themselves.
     """
     args = build_sft_config(job, source)
-    loaded = load_model(job.model)
+    loaded = load_model(job.model, packing=job.data.packing)
     dataset, report = load_conversations(job.data)
     logger.info("training on %d conversations (%d skipped)", report.kept, report.skipped)
 
