@@ -211,24 +211,7 @@ def reasoner_config(tokenizer, sizes: Sizes = TINY):
     ids = tokenizer.convert_tokens_to_ids
     return AutoConfig.for_model(
         "cosmos3_omni",
-        text_config={
-            "vocab_size": vocab_size(tokenizer),
-            "hidden_size": sizes.hidden,
-            "intermediate_size": sizes.intermediate,
-            "num_hidden_layers": sizes.layers,
-            "num_attention_heads": sizes.heads,
-            "num_key_value_heads": sizes.kv_heads,
-            "head_dim": sizes.head_dim,
-            "rms_norm_eps": 1e-6,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": ROPE_THETA,
-                "mrope_section": list(sizes.mrope_section),
-                "mrope_interleaved": True,
-            },
-            "max_position_embeddings": 4096,
-            "tie_word_embeddings": False,
-        },
+        text_config=_text_config(tokenizer, sizes, mrope=True),
         vision_config=vision_config(sizes).to_dict(),
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
@@ -342,8 +325,9 @@ def add_training_copy(framework_dir: Path, seed: int = 0) -> None:
     save_file(tensors, weights, metadata={"format": "pt"})
 
 
-def _text_config(tokenizer, sizes: Sizes = TINY) -> dict:
-    return {
+def _text_config(tokenizer, sizes: Sizes = TINY, mrope: bool = False) -> dict:
+    """Text-tower config shared by every tiny family; `mrope` adds Qwen3-VL's interleaved 3-axis rotary."""
+    config = {
         "vocab_size": vocab_size(tokenizer),
         "hidden_size": sizes.hidden,
         "intermediate_size": sizes.intermediate,
@@ -351,11 +335,20 @@ def _text_config(tokenizer, sizes: Sizes = TINY) -> dict:
         "num_attention_heads": sizes.heads,
         "num_key_value_heads": sizes.kv_heads,
         "head_dim": sizes.head_dim,
+        "rms_norm_eps": 1e-6,
         "max_position_embeddings": 4096,
         "tie_word_embeddings": False,
         "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
     }
+    if mrope:
+        config["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": ROPE_THETA,
+            "mrope_section": list(sizes.mrope_section),
+            "mrope_interleaved": True,
+        }
+    return config
 
 
 def save_tiny_text_lm(path: str | Path, seed: int = 0, sizes: Sizes = TINY) -> Path:
@@ -377,14 +370,8 @@ def save_tiny_vlm(path: str | Path, family: str = "qwen3_vl", seed: int = 0) -> 
 
     tokenizer = build_tokenizer()
     ids = tokenizer.convert_tokens_to_ids
-    text = _text_config(tokenizer)
+    text = _text_config(tokenizer, mrope=family == "qwen3_vl")
     if family == "qwen3_vl":
-        text["rope_parameters"] = {
-            "rope_type": "default",
-            "rope_theta": ROPE_THETA,
-            "mrope_section": list(TINY.mrope_section),
-            "mrope_interleaved": True,
-        }
         vision = vision_config().to_dict()
     elif family == "qwen2_5_vl":
         text["rope_parameters"] = {

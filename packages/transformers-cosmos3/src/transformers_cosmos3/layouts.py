@@ -5,7 +5,8 @@ the `Cosmos3OmniTransformer` state dict (reasoner and generator towers) plus the
 under its own flat roots (`blocks.*`, `merger.*`, ...). transformers-cosmos3, diffusers-cosmos3
 and vllm-cosmos3 all translate through this module, so a naming fix lands in one place.
 
-This module imports nothing heavy (no torch), so the vLLM plugin can use it at registration time.
+The table itself is plain Python (no torch). Importing it runs the package `__init__`, which imports
+transformers to register what is missing, so the vLLM plugin imports it only when vLLM loads a model.
 
 | layout         | reasoner text                    | ViT                       | generator extras        |
 |----------------|----------------------------------|---------------------------|-------------------------|
