@@ -1,8 +1,12 @@
 """Shipped distributed-backend configs, selected by `[launch] backend`.
 
 The trainer hands them to TrainingArguments (`deepspeed=` for ZeRO, `fsdp=`/`fsdp_config=` for
-FSDP), so the same job runs under `cosmos-train sft`, `accelerate launch` or `torchrun`, on one
+FSDP2), so the same job runs under `cosmos-train sft`, `accelerate launch` or `torchrun`, on one
 machine or many. `accelerate.yaml` is a starting point for `accelerate launch --config_file`.
+
+On a machine without GPUs, a multi-process job needs `[train] use_cpu = true`: without it accelerate
+finds no device and every process trains alone (DDP) or sizes its batch for one process (ZeRO). FSDP
+needs GPUs: accelerate only turns it on for device-backed runs, so on CPUs it would be plain DDP.
 """
 
 from pathlib import Path
@@ -10,6 +14,7 @@ from typing import Any
 
 LAUNCH_DIR = Path(__file__).parent
 ACCELERATE_CONFIG = LAUNCH_DIR / "accelerate.yaml"
+BACKENDS = ("ddp", "zero2", "zero3", "fsdp")
 
 
 def training_arguments(backend: str) -> dict[str, Any]:
@@ -17,5 +22,8 @@ def training_arguments(backend: str) -> dict[str, Any]:
     if backend in ("zero2", "zero3"):
         return {"deepspeed": str(LAUNCH_DIR / f"{backend}.json")}
     if backend == "fsdp":
-        return {"fsdp": "full_shard auto_wrap", "fsdp_config": str(LAUNCH_DIR / "fsdp.json")}
+        # `fsdp=True` with everything in fsdp.json (the string form of `fsdp` is deprecated).
+        return {"fsdp": True, "fsdp_config": str(LAUNCH_DIR / "fsdp.json")}
+    if backend != "ddp":
+        raise ValueError(f"unknown launch backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     return {}

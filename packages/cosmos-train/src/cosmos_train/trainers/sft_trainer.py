@@ -77,4 +77,8 @@ def run_sft(
         loaded.processing_class.save_pretrained(output_dir)
         if job_text is not None:
             (output_dir / "cosmos_train_job.toml").write_text(job_text)
+    # Every rank returns once the model is fully saved, and they exit together: a rank that tears down
+    # its gloo process group while another still runs can abort ("terminate called without an active
+    # exception"), failing a finished run.
+    trainer.accelerator.wait_for_everyone()
     return trainer

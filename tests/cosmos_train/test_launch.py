@@ -1,0 +1,413 @@
+"""One job file under every launcher and backend, as real runs on CPU (gloo).
+
+The reference is a plain single-process run with gradient_accumulation_steps=2. Under accelerate's
+sharding, rank r of a 2-process run takes global batches r, r+2, ... of the same seeded order, and a
+1-process run with 2 accumulation steps takes batches 2k and 2k+1 in step k; with the loss normalised
+by the tokens of the whole global batch, both make the same updates. So a 2-process run with one
+accumulation step must reproduce the reference, and a run that silently trained one process alone
+(on half the data per step) would be far off (about 2e-2 on the weights here).
+
+Without GPUs the jobs set `[train] use_cpu = true`: otherwise accelerate finds no device, and each
+launched process trains alone (DDP) or sizes its DeepSpeed batch for one process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from sft_helpers import REPO, SHAPES, losses, write_job
+from transformers import AutoModelForCausalLM
+
+from cosmos_train import tiny
+from cosmos_train.checkpoints import is_complete
+from cosmos_train.jobs import read_job
+from cosmos_train.launch import ACCELERATE_CONFIG
+from cosmos_train.trainers.sft_config import build_sft_config
+from cosmos_train.trainers.sft_trainer import run_sft
+from transformers_cosmos3 import Cosmos3ForConditionalGeneration
+
+BIN = Path(sys.executable).parent
+STEPS = 4
+# Global batch 4 in every run: 2 per device x 2 accumulation steps, or 2 per device x 2 processes.
+TRAIN = {
+    "max_steps": STEPS,
+    "save_steps": STEPS,
+    "per_device_train_batch_size": 2,
+    "learning_rate": 5e-3,
+    "use_cpu": True,
+}
+RECORDS = len(json.loads((SHAPES / "llava.json").read_text()))
+TIMEOUT = 900
+ONE_PROCESS = ["--num_processes", 1, "--num_machines", 1, "--mixed_precision", "no", "--dynamo_backend", "no"]
+
+
+@dataclass
+class Run:
+    output: Path  # the job's output_dir
+
+    @property
+    def state(self) -> dict:
+        return json.loads((self.output / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())
+
+    def history(self, key: str) -> list[float]:
+        return [entry[key] for entry in self.state["log_history"] if key in entry]
+
+
+def _env() -> dict[str, str]:
+    return os.environ | {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",  # two processes on two cores
+        "DS_ACCELERATOR": "cpu",
+        "TORCH_EXTENSIONS_DIR": str(REPO / ".torch_extensions"),  # DeepSpeed builds its CPU comm op here
+        "_TYPER_STANDARD_TRACEBACK": "1",  # plain tracebacks from each rank, for readable failures
+    }
+
+
+def _tail(stderr: str) -> str:
+    """The end of a run's stderr, led by its error lines (a launcher's own report can bury them)."""
+    errors = [
+        line
+        for line in stderr.splitlines()
+        if re.match(r"^(\[rank\d+\]: )?(\w+(Error|Exception)\b|error:)", line)
+    ]
+    return "\n".join(["error lines:", *errors[-10:], "stderr tail:", stderr[-3000:]])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(command: list) -> subprocess.Popen:
+    # A session of its own, so a hung launcher can be stopped with every rank it started.
+    return subprocess.Popen(
+        [str(c) for c in command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        start_new_session=True,
+    )
+
+
+def _finish(process: subprocess.Popen, label: str) -> tuple[str, str]:
+    try:
+        stdout, stderr = process.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{label}: no result after {TIMEOUT}s\n{_tail(stderr)}")
+    assert process.returncode == 0, f"{label} failed (exit {process.returncode}):\n{_tail(stderr)}"
+    return stdout, stderr
+
+
+def _run(label: str, launcher: list, folder: Path, model: Path, train: dict, overrides=()) -> Run:
+    folder.mkdir()
+    job = write_job(folder, model, lora=False, train=TRAIN | train)
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    stdout, stderr = _finish(_start([*launcher, "sft", "--config", job, *sets]), label)
+    assert "trained model saved to" in stdout, f"{label}: no final message\n{_tail(stderr)}"
+    return Run(folder / "run")
+
+
+def _accelerate(*flags) -> list:
+    return [BIN / "accelerate", "launch", *flags]
+
+
+def _two_processes() -> list:
+    """The shipped accelerate config, on 2 processes of this machine."""
+    return _accelerate(
+        "--config_file", ACCELERATE_CONFIG, "--num_processes", 2, "--main_process_port", _free_port(),
+        "-m", "cosmos_train",
+    )  # fmt: skip
+
+
+def _reasoner_weights(folder: Path) -> dict[str, torch.Tensor]:
+    return Cosmos3ForConditionalGeneration.from_pretrained(folder).state_dict()
+
+
+def _assert_same_training(
+    run: Run, reference: Run, weights: dict, reference_weights: dict, rtol: float, atol: float
+) -> None:
+    for key in ("loss", "grad_norm"):
+        got, want = run.history(key), reference.history(key)
+        assert len(got) == len(want) == STEPS, (key, got, want)
+        torch.testing.assert_close(
+            torch.tensor(got),
+            torch.tensor(want),
+            rtol=rtol,
+            atol=atol,
+            msg=lambda m, key=key: f"{key} per step differs from the reference: {m}",
+        )
+    assert weights.keys() == reference_weights.keys()
+    for name, tensor in weights.items():
+        torch.testing.assert_close(
+            tensor,
+            reference_weights[name],
+            rtol=rtol,
+            atol=atol,
+            msg=lambda m, name=name: f"{name} differs from the reference: {m}",
+        )
+
+
+def _rng_states(run: Run) -> list[str]:
+    """The checkpoint's RNG state files: one per rank (`rng_state_<rank>.pth`) when several ranks ran."""
+    return sorted(p.name for p in (run.output / f"checkpoint-{STEPS}").glob("rng_state*.pth"))
+
+
+def _assert_world_size(run: Run, world_size: int, accumulation: int) -> None:
+    """The trainer's own epoch count: step 1 consumed per_device x processes x accumulation records."""
+    first_epoch = run.state["log_history"][0]["epoch"]
+    batch = TRAIN["per_device_train_batch_size"] * world_size * accumulation
+    assert math.isclose(first_epoch, batch / RECORDS, rel_tol=1e-6), (
+        f"step 1 reached epoch {first_epoch}, expected {batch}/{RECORDS} for {world_size} process(es)"
+    )
+
+
+@pytest.fixture(scope="module")
+def reasoner(tmp_path_factory):
+    return tiny.save_tiny_cosmos3_reasoner(tmp_path_factory.mktemp("reasoner") / "model")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, reasoner):
+    """`cosmos-train sft` on one process, gradient_accumulation_steps=2: full fine-tuning of the reasoner."""
+    folder = tmp_path_factory.mktemp("launch") / "reference"
+    return _run(
+        "cosmos-train sft", [BIN / "cosmos-train"], folder, reasoner, {"gradient_accumulation_steps": 2}
+    )
+
+
+@pytest.fixture(scope="module")
+def reference_weights(reference):
+    return _reasoner_weights(reference.output)
+
+
+def test_plain_cli_single_process(reference, reference_weights, reasoner):
+    checkpoint = reference.output / f"checkpoint-{STEPS}"
+    assert is_complete(checkpoint)
+    assert _rng_states(reference) == ["rng_state.pth"]
+    _assert_world_size(reference, world_size=1, accumulation=2)
+    history = reference.history("loss")
+    assert len(history) == STEPS and all(map(math.isfinite, history)), history
+    before = _reasoner_weights(reasoner)
+    assert all(
+        not torch.equal(reference_weights[k], before[k]) for k in before if "language_model.layers" in k
+    )
+
+
+def test_accelerate_launch_module(tmp_path, reasoner, reference, reference_weights):
+    launcher = _accelerate(*ONE_PROCESS, "-m", "cosmos_train")
+    run = _run(
+        "accelerate launch -m cosmos_train",
+        launcher,
+        tmp_path / "job",
+        reasoner,
+        {"gradient_accumulation_steps": 2},
+    )
+    _assert_same_training(
+        run, reference, _reasoner_weights(run.output), reference_weights, rtol=1e-5, atol=1e-6
+    )
+
+
+def test_accelerate_launch_console_script(tmp_path, reasoner, reference, reference_weights):
+    launcher = _accelerate(*ONE_PROCESS, BIN / "cosmos-train")
+    run = _run(
+        "accelerate launch cosmos-train",
+        launcher,
+        tmp_path / "job",
+        reasoner,
+        {"gradient_accumulation_steps": 2},
+    )
+    _assert_same_training(
+        run, reference, _reasoner_weights(run.output), reference_weights, rtol=1e-5, atol=1e-6
+    )
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_equal_one_process_with_accumulation(
+    tmp_path, reasoner, reference, reference_weights
+):
+    run = _run(
+        "2-process DDP", _two_processes(), tmp_path / "job", reasoner, {"gradient_accumulation_steps": 1}
+    )
+    checkpoint = run.output / f"checkpoint-{STEPS}"
+    assert _rng_states(run) == ["rng_state_0.pth", "rng_state_1.pth"]  # each rank saved its own: 2 ran
+    assert is_complete(checkpoint)
+    _assert_world_size(run, world_size=2, accumulation=1)
+    _assert_same_training(
+        run, reference, _reasoner_weights(run.output), reference_weights, rtol=1e-5, atol=1e-6
+    )
+
+
+@pytest.mark.slow
+def test_multi_node_command_form(tmp_path, reasoner, reference, reference_weights):
+    """Two "machines" of one process each on localhost, launched as on a cluster, one command per machine."""
+    port = _free_port()
+    folder = tmp_path / "job"
+    folder.mkdir()
+    job = write_job(folder, reasoner, lora=False, train=TRAIN | {"gradient_accumulation_steps": 1})
+    machines = []
+    for rank in (0, 1):
+        flags = [
+            "--config_file", ACCELERATE_CONFIG, "--num_machines", 2, "--num_processes", 2,
+            "--machine_rank", rank, "--main_process_ip", "127.0.0.1", "--main_process_port", port,
+        ]  # fmt: skip
+        machines.append(_start(_accelerate(*flags, "-m", "cosmos_train", "sft", "-c", job)))
+    for rank, machine in enumerate(machines):
+        _finish(machine, f"machine_rank {rank}")
+    run = Run(folder / "run")
+    assert _rng_states(run) == ["rng_state_0.pth", "rng_state_1.pth"]  # each rank saved its own: 2 ran
+    _assert_world_size(run, world_size=2, accumulation=1)
+    _assert_same_training(
+        run, reference, _reasoner_weights(run.output), reference_weights, rtol=1e-5, atol=1e-6
+    )
+
+
+def _zero_shards(run: Run) -> dict[str, list[str]]:
+    step = run.output / f"checkpoint-{STEPS}" / f"global_step{STEPS}"
+    assert step.is_dir(), f"no DeepSpeed checkpoint in {step.parent}: {sorted(os.listdir(step.parent))}"
+    return {
+        kind: sorted(p.name for p in step.glob(f"*zero_pp_rank_*_{kind}_states.pt"))
+        for kind in ("optim", "model")
+    }
+
+
+@pytest.mark.slow
+def test_zero2_two_processes(tmp_path, reasoner, reference, reference_weights):
+    run = _run(
+        "ZeRO-2",
+        _two_processes(),
+        tmp_path / "job",
+        reasoner,
+        {"gradient_accumulation_steps": 1},
+        ["launch.backend=zero2"],
+    )
+    # One optimizer-state partition per rank: DeepSpeed ZeRO really ran, on 2 ranks.
+    assert _zero_shards(run)["optim"] == [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in (0, 1)]
+    assert is_complete(run.output / f"checkpoint-{STEPS}")
+    assert all(map(math.isfinite, run.history("loss")))
+    _assert_world_size(run, world_size=2, accumulation=1)
+    weights = _reasoner_weights(run.output)  # the final model reloads through the shim
+    # DeepSpeed reduces flattened, partitioned gradients in another order: equal up to rounding.
+    _assert_same_training(run, reference, weights, reference_weights, rtol=1e-4, atol=5e-5)
+
+
+def _text_data(path: Path) -> Path:
+    """16 chat records whose answers differ in length, so ranks see different token counts."""
+    words = ["red", "green", "blue", "yellow", "purple", "orange", "black", "white"]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"Say {word} {n} times."},
+                {"role": "assistant", "content": " ".join([word] * n)},
+            ]
+        }
+        for n, word in zip([1, 2, 3, 4] * 4, words * 2, strict=True)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.slow
+def test_zero3_two_processes_saves_full_weights(tmp_path):
+    """ZeRO-3 partitions the parameters themselves; the saved model must still be whole.
+
+    On the tiny Qwen3 text LM: the Cosmos3 reasoner does not load under ZeRO-3 yet (transformers-cosmos3
+    builds a meta-device copy of the model to list its weights, which ZeRO-3's weight init cannot handle).
+    """
+    lm = tiny.save_tiny_text_lm(tmp_path / "lm")
+    text = [f'data.path="{_text_data(tmp_path / "text.jsonl")}"', 'data.format="jsonl"']
+    run = _run(
+        "ZeRO-3",
+        _two_processes(),
+        tmp_path / "zero3",
+        lm,
+        {"gradient_accumulation_steps": 1},
+        [*text, "launch.backend=zero3"],
+    )
+    shards = _zero_shards(run)
+    assert shards["model"] == [f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in (0, 1)], shards
+    assert shards["optim"] == [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in (0, 1)], shards
+    assert is_complete(run.output / f"checkpoint-{STEPS}")
+    assert all(map(math.isfinite, run.history("loss")))
+
+    initial = AutoModelForCausalLM.from_pretrained(lm).state_dict()
+    model, info = AutoModelForCausalLM.from_pretrained(run.output, output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched tensors
+    saved = model.state_dict()
+    assert saved.keys() == initial.keys()
+    for name, tensor in saved.items():
+        assert tensor.shape == initial[name].shape and tensor.numel() > 0, (name, tensor.shape)
+        assert torch.isfinite(tensor).all(), name
+
+    # The same job on one process with 2 accumulation steps, in this process.
+    folder = tmp_path / "one"
+    folder.mkdir()
+    job = read_job(
+        write_job(
+            folder, lm, lora=False, train=TRAIN | {"gradient_accumulation_steps": 2, "save_strategy": "no"}
+        ),
+        text,
+    )
+    trainer = run_sft(job.config, job.source)
+    torch.testing.assert_close(
+        torch.tensor(run.history("loss")), torch.tensor(losses(trainer)), rtol=1e-4, atol=1e-5
+    )
+    expected = trainer.model.state_dict()
+    for name, tensor in saved.items():
+        assert not torch.equal(tensor, initial[name]), f"{name} did not train"
+        torch.testing.assert_close(
+            tensor,
+            expected[name],
+            rtol=1e-4,
+            atol=5e-5,
+            msg=lambda m, name=name: f"{name} differs from the 1-process run: {m}",
+        )
+
+
+def test_fsdp_backend_config(tmp_path, reasoner):
+    """FSDP cannot run on CPUs (accelerate enables it only for device-backed runs; on CPU it would be plain
+    DDP), so this checks what a GPU run would use: FSDP2 with full-state saves, wrapping the decoder
+    layers (and vision blocks) that accelerate finds in each supported model family."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    job = read_job(write_job(tmp_path, reasoner, lora=False, train=TRAIN), ["launch.backend=fsdp"])
+    args = build_sft_config(job.config, job.source)
+    expected = {
+        "fsdp_version": 2,
+        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "reshard_after_forward": True,
+        "state_dict_type": "FULL_STATE_DICT",  # run_sft saves a plain from_pretrained folder
+        "cpu_ram_efficient_loading": False,
+        "activation_checkpointing": False,
+    }
+    assert expected.items() <= args.fsdp_plugin_args.items(), args.fsdp_plugin_args
+    lm = tiny.save_tiny_text_lm(tmp_path / "lm")
+    families = {
+        "Cosmos3 reasoner": (
+            Cosmos3ForConditionalGeneration.from_pretrained(reasoner),
+            {"Qwen3VLTextDecoderLayer", "Qwen3VLVisionBlock"},
+        ),
+        "Qwen3 text LM": (AutoModelForCausalLM.from_pretrained(lm), {"Qwen3DecoderLayer"}),
+    }
+    for family, (model, layers) in families.items():
+        plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
+        plugin.set_auto_wrap_policy(model)  # raises if a layer class to wrap is not in the model
+        wrapped = {cls.__name__ for cls in plugin.auto_wrap_policy.keywords["transformer_layer_cls"]}
+        assert wrapped == layers, (family, wrapped)
+        assert any(type(m).__name__ in layers for m in model.modules()), family
