@@ -10,7 +10,9 @@ The story of a run (`run_sft`):
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import gc
 import logging
 from pathlib import Path
 
@@ -77,8 +79,25 @@ def run_sft(
         loaded.processing_class.save_pretrained(output_dir)
         if job_text is not None:
             (output_dir / "cosmos_train_job.toml").write_text(job_text)
-    # Every rank returns once the model is fully saved, and they exit together: a rank that tears down
-    # its gloo process group while another still runs can abort ("terminate called without an active
-    # exception"), failing a finished run.
-    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.wait_for_everyone()  # every rank returns once the model is fully saved
+    if trainer.accelerator.num_processes > 1:
+        atexit.unregister(_release_process_group)
+        atexit.register(_release_process_group)
     return trainer
+
+
+def _release_process_group() -> None:
+    """Destroy the process group while the interpreter is still whole.
+
+    Left to interpreter shutdown, a gloo worker thread may free a finished collective's tensors after
+    Python has started finalizing; it then cannot take the GIL and the rank aborts ("terminate called
+    without an active exception"), failing a run that had finished and saved. Registered only once a
+    run has finished on every rank, so a rank that failed mid-run never waits here for the others.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        gc.collect()  # finished trainers and their DDP wrappers still hold the group
+        dist.destroy_process_group()
+        gc.collect()
