@@ -380,13 +380,18 @@ def test_zero3_two_processes_saves_full_weights(tmp_path):
         )
 
 
-def test_fsdp_backend_config(tmp_path, reasoner):
+def test_fsdp_backend_config(tmp_path, reasoner, monkeypatch):
     """FSDP cannot run on CPUs (accelerate enables it only for device-backed runs; on CPU it would be plain
     DDP), so this checks what a GPU run would use: FSDP2 with full-state saves, wrapping the decoder
     layers (and vision blocks) that accelerate finds in each supported model family."""
     from accelerate.utils import FullyShardedDataParallelPlugin
 
+    from cosmos_train.config import ConfigError
+
     job = read_job(write_job(tmp_path, reasoner, lora=False, train=TRAIN), ["launch.backend=fsdp"])
+    with pytest.raises(ConfigError, match="needs GPUs"):  # refused here rather than silently run as DDP
+        build_sft_config(job.config, job.source)
+    monkeypatch.setattr("cosmos_train.trainers.sft_config.torch.cuda.is_available", lambda: True)
     args = build_sft_config(job.config, job.source)
     expected = {
         "fsdp_version": 2,

@@ -42,6 +42,12 @@ def build_sft_config(job: JobConfig, source: str) -> SFTConfig:
             "(true resumes from the latest complete checkpoint in output_dir)"
         )
     train.pop("resume_from_checkpoint", None)  # handled by the trainer: latest *complete* checkpoint
-    if "bf16" not in train and not torch.cuda.is_available():
-        train["bf16"] = False  # TRL defaults to bf16 mixed precision, which needs a GPU
+    if not torch.cuda.is_available():
+        if job.launch.backend == "fsdp":
+            raise ConfigError(
+                f"{source}: [launch] backend 'fsdp' needs GPUs (accelerate would run plain DDP on CPUs)"
+            )
+        train.setdefault("bf16", False)  # TRL defaults to bf16 mixed precision, which needs a GPU
+        # Without it, accelerate finds no device and every launched process trains alone.
+        train.setdefault("use_cpu", True)
     return build_trl_config(SFTConfig, train, source, **implied_sft_arguments(job))
