@@ -17,16 +17,6 @@ def _tensors(folder):
     return load_tensors(source.files, source.canonical)
 
 
-def _files(folder: Path) -> dict[str, bytes]:
-    """Every non-weight file of a repo (configs, tokenizer, VAE...), by path."""
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes()
-        for p in folder.rglob("*")
-        if (p.is_file() and p.parent.name not in ("transformer", "vision_encoder") | {folder.name})
-        or (p.is_file() and p.suffix == ".json" and p.name != "model.safetensors.index.json")
-    }
-
-
 @pytest.mark.parametrize("layout", ["framework", "transformers", "flat", "vllm"])
 def test_round_trip_is_bit_exact(tiny_layouts, tmp_path, layout):
     original = tiny_layouts["diffusers"]
