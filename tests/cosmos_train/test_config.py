@@ -1,14 +1,21 @@
-"""Job files: strict validation with one-line errors, overrides, and the validate-config command."""
+"""Job files: the shared job base (kinds, schemas, paths, overrides, the effective record) and the SFT
+schema's mapping onto TRL's SFTConfig. The malformed-job fuzz is in test_config_fuzz.py."""
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from pydantic import Field
+from transformers import TrainingArguments
+from typer.testing import CliRunner
 
-from cosmos_train.config import ConfigError, load_job_config
+from cosmos_train import config as job_config
+from cosmos_train.cli import app
+from cosmos_train.config import ConfigError, JobPath, JobSchema, ModelSection, Section, trainer_section
 from cosmos_train.jobs import read_job
-from cosmos_train.trainers.sft_config import build_sft_config
 
 GOOD = """
 [model]
@@ -33,25 +40,27 @@ backend = "zero2"
 """
 
 
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "job.toml"
+def _write(tmp_path: Path, text: str, name: str = "job.toml") -> Path:
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "llava.json").write_text("[]")
+    path = tmp_path / name
     path.write_text(text)
     return path
 
 
 def _error(tmp_path, text, overrides=None) -> str:
     with pytest.raises(ConfigError) as info:
-        job = read_job(_write(tmp_path, text), overrides)
-        build_sft_config(job.config, job.source)
+        read_job(_write(tmp_path, text), overrides)
     message = str(info.value)
     assert "\n" not in message
-    assert str(tmp_path / "job.toml") in message
+    assert str(tmp_path / "job.toml") in message or message.startswith("--set")
     return message
 
 
 def test_good_job_maps_onto_sft_config(tmp_path):
     job = read_job(_write(tmp_path, GOOD))
-    args = build_sft_config(job.config, job.source)
+    assert job.kind == "sft"  # no `kind` key: an SFT job
+    args = job.args
     assert args.learning_rate == 1e-3 and args.max_steps == 5
     assert args.assistant_only_loss is True
     assert args.deepspeed.endswith("zero2.json") and Path(args.deepspeed).is_file()
@@ -59,6 +68,14 @@ def test_good_job_maps_onto_sft_config(tmp_path):
     assert args.output_dir == str(tmp_path / "runs" / "x")
     assert job.config.data.path == str(tmp_path / "data" / "llava.json")
     assert job.config.model.name_or_path == "model"  # no such folder: kept as a hub id
+    # On this CPU-only machine the job defaults to use_cpu (else each launched process trains alone).
+    assert args.use_cpu is True and args.bf16 is False
+    assert read_job(_write(tmp_path, GOOD), ["train.use_cpu=false"]).args.use_cpu is False
+
+
+def test_train_on_all_turns_off_assistant_only_loss(tmp_path):
+    job = read_job(_write(tmp_path, GOOD), ["data.train_on=all"])
+    assert job.args.assistant_only_loss is False
 
 
 @pytest.mark.parametrize(
@@ -81,6 +98,17 @@ def test_good_job_maps_onto_sft_config(tmp_path):
         (GOOD.replace("max_steps = 5", "max_length = 5"), "[train] max_length is set by the job"),
         (GOOD + "\n[extra]\n", "unknown section [extra]"),
         ("[model\n", "invalid TOML"),
+        (GOOD.replace('"zero2"', '"zero2"\n[train.x]'), "[train] unknown key 'x'"),
+        (
+            'kind = "sftt"\n' + GOOD,
+            "kind 'sftt' is not a job kind; expected one of sft (did you mean 'sft'?)",
+        ),
+        (GOOD.replace('"vision"', '"(vision"'), "[model] freeze: '(vision' is not a valid regex"),
+        (GOOD.replace("max_steps = 5", 'lr_scheduler_type = "cosin"'), "(did you mean 'cosine'?)"),
+        (
+            GOOD.replace('path = "data/llava.json"', 'path = "nope.json"'),
+            "[data] path nope.json does not exist",
+        ),
     ],
 )
 def test_bad_jobs_name_file_section_and_key(tmp_path, text, expected):
@@ -89,11 +117,30 @@ def test_bad_jobs_name_file_section_and_key(tmp_path, text, expected):
 
 def test_overrides_apply_and_are_validated(tmp_path):
     job = read_job(_write(tmp_path, GOOD), ["train.max_steps=7", "lora.r=4", "data.system_prompt=Be brief."])
-    assert job.config.train["max_steps"] == 7 and job.config.lora.r == 4
+    assert job.config.train.max_steps == 7 and job.args.max_steps == 7 and job.config.lora.r == 4
     assert job.config.data.system_prompt == "Be brief."
     assert "[train] unknown key 'max_stepz'" in _error(tmp_path, GOOD, ["train.max_stepz=1"])
-    with pytest.raises(ConfigError, match=r"section\.key=value"):
-        load_job_config(_write(tmp_path, GOOD), ["max_steps"])
+    assert "[train] max_steps: Input should be a valid integer" in _error(
+        tmp_path, GOOD, ["train.max_steps=ten"]
+    )
+    assert "section.key=value" in _error(tmp_path, GOOD, ["max_steps"])
+
+
+def test_the_job_record_is_the_effective_job_and_reruns_identically(tmp_path):
+    """The record saved with a run holds --set values and absolute paths, and reads back to the same job."""
+    job = read_job(_write(tmp_path, GOOD), ["train.max_steps=7", "data.system_prompt=Be brief."])
+    record = job.record()
+    values = tomllib.loads(record)
+    assert values["kind"] == "sft" and values["train"]["max_steps"] == 7
+    assert values["data"]["system_prompt"] == "Be brief."
+    assert values["data"]["path"] == str(tmp_path / "data" / "llava.json")
+    assert values["train"]["output_dir"] == str(tmp_path / "runs" / "x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "record.toml").write_text(record)
+    again = read_job(elsewhere / "record.toml")  # absolute paths: the folder it lives in does not matter
+    assert again.config == job.config
+    assert again.args.to_dict() == job.args.to_dict()
 
 
 def _cli(*args, cwd=None):
@@ -102,13 +149,76 @@ def _cli(*args, cwd=None):
 
 
 def test_validate_config_command(tmp_path):
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "llava.json").write_text("[]")
-    ok = _cli("validate-config", _write(tmp_path, GOOD))
-    assert ok.returncode == 0, ok.stderr
+    runner = CliRunner()
+    ok = runner.invoke(app, ["validate-config", str(_write(tmp_path, GOOD))])
+    assert ok.exit_code == 0, ok.output
+    assert "ok (sft job)" in ok.stdout
+    missing = runner.invoke(
+        app, ["validate-config", str(_write(tmp_path, GOOD)), "--set", "data.path=nope.json"]
+    )
+    assert missing.exit_code == 2 and "nope.json does not exist" in missing.stderr
+    # The real console script: exit code 2, one line on stderr, no traceback.
     bad = _cli("validate-config", _write(tmp_path, GOOD.replace("r = 8", "rank = 8")))
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "did you mean 'r'" in bad.stderr
     assert "Traceback" not in bad.stderr
-    missing = _cli("validate-config", _write(tmp_path, GOOD), "--set", "data.path=nope.json")
-    assert missing.returncode == 2 and "nope.json does not exist" in missing.stderr
+
+
+# A second trainer's schema, as a new trainer file would declare it: the job base must serve it unchanged.
+class ToySection(Section):
+    weights: Annotated[str, JobPath()]
+    base: Annotated[str, JobPath(hub_id=True)] = "org/base-model"
+    steps: int = Field(1, gt=0)
+
+
+class ToyJob(JobSchema):
+    kind: str = "toy"
+    model: ModelSection
+    toy: ToySection
+    train: trainer_section(TrainingArguments, name="ToyTrain", overrides={"output_dir": (str, ...)})
+
+    def training_arguments(self, source):
+        return job_config.build_training_arguments(TrainingArguments, self.train, source)
+
+
+TOY = """kind = "toy"
+[model]
+name_or_path = "model"
+[toy]
+weights = "w.safetensors"
+base = "base"
+[train]
+output_dir = "out"
+learning_rate = 0.5
+"""
+
+
+@pytest.fixture
+def toy_kind(monkeypatch):
+    monkeypatch.setitem(job_config.JOB_KINDS, "toy", f"{__name__}:ToyJob")
+
+
+def test_any_registered_schema_gets_paths_errors_and_validate_config(tmp_path, toy_kind):
+    (tmp_path / "base").mkdir()
+    job = read_job(_write(tmp_path, TOY))
+    assert isinstance(job.config, ToyJob) and isinstance(job.args, TrainingArguments)
+    assert job.config.toy.weights == str(tmp_path / "w.safetensors")  # marked path: always resolved
+    assert job.config.toy.base == str(tmp_path / "base")  # hub id or path: resolved when it exists
+    assert job.args.output_dir == str(tmp_path / "out") and job.args.learning_rate == 0.5
+    (tmp_path / "base").rmdir()
+    assert read_job(_write(tmp_path, TOY)).config.toy.base == "base"
+
+    assert "[toy] steps: Input should be greater than 0 (got 0)" in _error(tmp_path, TOY, ["toy.steps=0"])
+    assert "[toy] unknown key 'step' (did you mean 'steps'?)" in _error(tmp_path, TOY, ["toy.step=1"])
+    assert "[train] per_device_train_batch_size: Input should be greater than 0" in _error(
+        tmp_path, TOY, ["train.per_device_train_batch_size=0"]
+    )
+    assert "unknown section [data]" in _error(tmp_path, TOY, ["data.path=x"])
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["validate-config", str(_write(tmp_path, TOY))])
+    assert result.exit_code == 0 and "ok (toy job)" in result.stdout
+    # A trainer's command refuses a job of another kind, naming the right command.
+    result = runner.invoke(app, ["sft", "-c", str(_write(tmp_path, TOY))])
+    assert result.exit_code == 2
+    assert "kind 'toy' is not a sft job; run `cosmos-train toy` instead" in result.stderr

@@ -1,32 +1,73 @@
-"""Strict TOML job configs, validated by pydantic and shared by every trainer.
+"""Strict TOML job files, shared by every trainer: reading, `--set` overrides, paths, one-line errors.
 
-A job file has the sections `[model]`, `[lora]` (absent: full fine-tuning), `[data]`, `[train]` and
-`[launch]`. `[train]` takes the trainer's own TRL config fields verbatim (`SFTConfig` for `sft`),
-checked against that dataclass. Any mistake becomes a `ConfigError` whose message is one line
-naming the file, section and key, with a "did you mean" for near misses.
+A job file names its trainer with a top-level `kind` key (`sft` when absent, so older files stay
+valid). Each trainer declares its schema beside its TRL config, in `trainers/<kind>_config.py`, as a
+subclass of `JobSchema` registered in `JOB_KINDS`. The sections shared by several trainers
+(`[model]`, `[lora]`, `[launch]`) live here, and so does `trainer_section`, which turns a TRL or
+transformers config dataclass into a strict `[train]` section: its field names verbatim, each value
+checked against the field's annotation and a sensible range.
+
+Every mistake becomes a `ConfigError` whose message is one line naming the file, section and key,
+with a "did you mean" for near misses. Path fields carry a `JobPath` marker: a relative value is
+relative to the job file's folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
+import importlib
+import logging
+import re
 import tomllib
+import typing
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+)
+
+logger = logging.getLogger(__name__)
+
+# kind -> "module:JobSchema subclass"; imported on demand, since a trainer's schema imports TRL.
+JOB_KINDS = {"sft": "cosmos_train.trainers.sft_config:SFTJob"}
+DEFAULT_KIND = "sft"
 
 
 class ConfigError(ValueError):
     """A job config is invalid; the message is a single line meant for the user."""
 
 
+@dataclass(frozen=True)
+class JobPath:
+    """Marks a string field as a path: a relative value is relative to the job file's folder.
+
+    With `hub_id` the value may also be a Hugging Face hub id: it is resolved only when that path
+    exists beside the job file, and kept as written otherwise.
+    """
+
+    hub_id: bool = False
+
+
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: TOML values are typed, so "yes" is not a bool and "10" is not a number.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ModelSection(Section):
-    name_or_path: str = Field(description="Hub id or local folder, in any Cosmos3 checkpoint layout.")
+    name_or_path: Annotated[str, JobPath(hub_id=True)] = Field(
+        description="Hub id or local folder, in any Cosmos3 checkpoint layout."
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     attn_implementation: (
         Literal["eager", "sdpa", "segment_sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"]
@@ -34,9 +75,19 @@ class ModelSection(Section):
     ) = None
     freeze: list[str] = Field(
         default_factory=list,
-        description="Regexes of parameter names to freeze, e.g. 'visual' for the vision tower.",
+        description="Regexes of parameter names to freeze; 'vision' means the vision tower.",
     )
     trust_remote_code: bool = False
+
+    @field_validator("freeze")
+    @classmethod
+    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ValueError(f"{pattern!r} is not a valid regex ({error})") from None
+        return patterns
 
 
 class LoraSection(Section):
@@ -50,67 +101,204 @@ class LoraSection(Section):
     )
 
 
-class DataSection(Section):
-    format: Literal["llava", "jsonl", "hf"]
-    path: str = Field(description="JSON/JSONL file, a saved datasets folder, or a hub dataset name.")
-    media_dir: str | None = Field(default=None, description="Folder that image/video paths are relative to.")
-    split: str = "train"
-    system_prompt: str | None = None
-    fps: float = Field(2.0, gt=0, description="Frames per second sampled from videos.")
-    max_frames: int = Field(16, gt=0, description="Cap on frames per video.")
-    max_length: int | None = Field(default=2048, gt=0)
-    packing: bool = Field(False, description="Padding-free packing (text-only data).")
-    skip_bad: bool = Field(False, description="Skip and count bad records instead of failing.")
-
-
 class LaunchSection(Section):
     backend: Literal["ddp", "zero2", "zero3", "fsdp"] = "ddp"
 
 
-class JobConfig(Section):
-    model: ModelSection
-    lora: LoraSection | None = None
-    data: DataSection
-    train: dict[str, Any] = Field(default_factory=dict)
+class JobSchema(Section):
+    """The top level of a job file. Trainers subclass it with their sections."""
+
+    # Each trainer adds its sections, ending with `train`: its config dataclass (`trainer_section`).
+    kind: str = DEFAULT_KIND
     launch: LaunchSection = LaunchSection()
 
-    @field_validator("train")
-    @classmethod
-    def _train_is_a_table(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return dict(value)
+    def training_arguments(self, source: str) -> Any:
+        """The trainer's TRL / transformers config for this job (raises `ConfigError`)."""
+        raise NotImplementedError
 
 
-def _suggest(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    close = close or [k for k in known if key.startswith(k) or k.startswith(key)][:1]  # rank -> r
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _error_location(loc: tuple) -> tuple[str, str]:
-    parts = [str(p) for p in loc]
-    section = parts[0] if parts else "?"
-    key = ".".join(parts[1:]) if len(parts) > 1 else parts[0] if parts else "?"
-    return section, key
-
-
-def _pydantic_error(error: ValidationError, source: str) -> ConfigError:
-    first = error.errors()[0]
-    section, key = _error_location(first["loc"])
-    if first["type"] == "extra_forbidden":
-        if len(first["loc"]) == 1:
-            known = list(JobConfig.model_fields)
-            return ConfigError(f"{source}: unknown section [{section}]{_suggest(section, known)}")
-        model = JobConfig.model_fields[section].annotation
-        model = next(m for m in getattr(model, "__args__", (model,)) if isinstance(m, type))
-        return ConfigError(
-            f"{source}: [{section}] unknown key '{key}'{_suggest(key, list(model.model_fields))}"
+def schema_for(kind: str, source: str) -> type[JobSchema]:
+    if kind not in JOB_KINDS:
+        raise ConfigError(
+            f"{source}: kind '{kind}' is not a job kind; expected one of "
+            f"{', '.join(JOB_KINDS)}{_suggest(kind, list(JOB_KINDS))}"
         )
-    if first["type"] == "missing":
-        where = (
-            f"[{section}] missing key '{key}'" if len(first["loc"]) > 1 else f"missing section [{section}]"
-        )
-        return ConfigError(f"{source}: {where}")
-    return ConfigError(f"{source}: [{section}] {key}: {first['msg']} (got {first.get('input')!r})")
+    module, name = JOB_KINDS[kind].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+# ---------------------------------------------------------------------------------------------------
+# [train]: a TRL / transformers config dataclass as a strict section
+
+_POSITIVE = Field(gt=0)
+_NON_NEGATIVE = Field(ge=0)
+_PROBABILITY = Field(ge=0, le=1)
+
+
+def _steps_or_unset(value: int) -> int:
+    if value != -1 and value <= 0:
+        raise ValueError("must be a positive number of steps (or -1 to train by epochs)")
+    return value
+
+
+# Ranges for TrainingArguments fields (and those TRL configs add) that their annotations cannot say.
+TRAINING_RANGES: dict[str, Any] = {
+    "learning_rate": _NON_NEGATIVE,
+    "weight_decay": _NON_NEGATIVE,
+    "max_grad_norm": _NON_NEGATIVE,
+    "adam_beta1": Field(ge=0, lt=1),
+    "adam_beta2": Field(ge=0, lt=1),
+    "adam_epsilon": _POSITIVE,
+    "num_train_epochs": _POSITIVE,
+    "max_steps": AfterValidator(_steps_or_unset),
+    "warmup_steps": _NON_NEGATIVE,
+    "warmup_ratio": _PROBABILITY,
+    "per_device_train_batch_size": _POSITIVE,
+    "per_device_eval_batch_size": _POSITIVE,
+    "gradient_accumulation_steps": _POSITIVE,
+    "logging_steps": _POSITIVE,
+    "save_steps": _POSITIVE,
+    "eval_steps": _POSITIVE,
+    "save_total_limit": _POSITIVE,
+    "seed": _NON_NEGATIVE,
+    "data_seed": _NON_NEGATIVE,
+    "dataloader_num_workers": _NON_NEGATIVE,
+    "max_length": _POSITIVE,
+    "num_generations": Field(ge=2),
+    "max_completion_length": _POSITIVE,
+    "beta": _NON_NEGATIVE,
+    "epsilon": _NON_NEGATIVE,
+    "epsilon_high": _NON_NEGATIVE,
+    "temperature": _POSITIVE,
+    "top_p": Field(gt=0, le=1),
+    "steps_per_generation": _POSITIVE,
+}
+
+
+def _report_to(value: str | list[str] | None) -> str | list[str] | None:
+    """Known tracker names only, and installed ones: a typo would otherwise surface after the model loads."""
+    from transformers.integrations.integration_utils import (
+        INTEGRATION_TO_CALLBACK,
+        get_available_reporting_integrations,
+    )
+
+    names = [value] if isinstance(value, str) else list(value or [])
+    known = sorted(INTEGRATION_TO_CALLBACK)
+    for name in names:
+        if name in ("all", "none"):
+            continue
+        if name not in known:
+            raise ValueError(f"unknown tracker '{name}'; expected none, all or one of {', '.join(known)}")
+        if name not in get_available_reporting_integrations():
+            raise ValueError(f"tracker '{name}' is not installed (pip install {name})")
+    return value
+
+
+def trainer_section(
+    config_class: type,
+    *,
+    name: str,
+    overrides: dict[str, tuple[Any, Any]] | None = None,
+    paths: tuple[str, ...] = ("output_dir", "logging_dir"),
+) -> type[Section]:
+    """A strict `[train]` section whose keys are `config_class`'s init fields.
+
+    Every field is optional (absent means the dataclass's own default) and validated strictly against its
+    annotation, its `choices` metadata and `TRAINING_RANGES`. `overrides` replaces `(annotation, default)`
+    for fields the job treats differently; `paths` are resolved against the job file.
+    """
+    hints = typing.get_type_hints(config_class)
+    fields: dict[str, Any] = {}
+    for field in dataclasses.fields(config_class):
+        if not field.init:
+            continue
+        annotation = hints[field.name]
+        choices = field.metadata.get("choices") or _enum_values(annotation)
+        if choices:
+            annotation = (
+                Literal[tuple(choices)] | None if _admits_none(annotation) else Literal[tuple(choices)]
+            )
+        extras = [TRAINING_RANGES[field.name]] if field.name in TRAINING_RANGES else []
+        if field.name == "report_to":
+            extras.append(AfterValidator(_report_to))
+        if field.name in paths:
+            extras.append(JobPath())
+        default: Any = None
+        if overrides and field.name in overrides:
+            annotation, default = overrides[field.name]
+        if extras:
+            annotation = Annotated[annotation, *extras]
+        fields[field.name] = (annotation, default)
+    return create_model(name, __base__=Section, **fields)
+
+
+def _enum_values(annotation: Any) -> list[str]:
+    """The values of an `Enum | str` field (transformers' strategies, schedulers, optimizers)."""
+    members = [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, enum.Enum)]
+    return [member.value for member in members[0]] if members else []
+
+
+def _admits_none(annotation: Any) -> bool:
+    return annotation is type(None) or type(None) in typing.get_args(annotation)
+
+
+def build_training_arguments(
+    config_class: type,
+    train: Section,
+    source: str,
+    forced: dict[str, Any] | None = None,
+    defaults: dict[str, Any] | None = None,
+    exclude: tuple[str, ...] = (),
+):
+    """Instantiate `config_class` from a validated `[train]` section.
+
+    `forced` are values the job sets from its other sections: `[train]` may not contradict them.
+    `defaults` are cosmos-train's own defaults, which `[train]` may change. `exclude` are `[train]` keys
+    the trainer handles itself.
+    """
+    given = {key: value for key, value in train.model_dump(exclude_unset=True).items() if key not in exclude}
+    for key, value in (forced or {}).items():
+        if key in given and given[key] != value:
+            raise ConfigError(
+                f"{source}: [train] {key} is set by the job ({value!r}) from another section; remove it from [train]"
+            )
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            arguments = config_class(**{**(defaults or {}), **given, **(forced or {})})
+    except (TypeError, ValueError) as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"{source}: [train] {message}") from None
+    # Deprecations of the dataclass's own defaults are not the user's business; those of their keys are.
+    for warning in caught:
+        if any(f"`{key}`" in str(warning.message) for key in given):
+            logger.warning("%s: [train] %s", source, warning.message)
+    return arguments
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading, overrides, paths
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a job file (TOML)") from None
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise ConfigError(f"{path}: cannot read the job file ({reason})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        # Show the offending line: tomllib's message gives its number, not its key.
+        found = re.search(r"at line (\d+)", str(error))
+        lines = text.splitlines()
+        line = lines[int(found.group(1)) - 1].strip() if found and int(found.group(1)) <= len(lines) else ""
+        shown = f" in '{line[:80]}'" if line else ""
+        raise ConfigError(f"{path}: invalid TOML{shown}: {error}") from None
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -119,7 +307,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"--set {text!r}: expected section.key=value")
     dotted, raw = text.split("=", 1)
     path = [part.strip() for part in dotted.strip().split(".")]
-    if len(path) < 2 or not all(path):
+    if not all(path) or (len(path) < 2 and path != ["kind"]):
         raise ConfigError(f"--set {text!r}: the key must be section.key")
     try:
         value = tomllib.loads(f"value = {raw}")["value"]
@@ -140,44 +328,99 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: invalid TOML: {error}") from None
+def _section_model(schema: type[BaseModel], section: str) -> type[BaseModel] | None:
+    field = schema.model_fields.get(section)
+    if field is None:
+        return None
+    candidates = typing.get_args(field.annotation) or (field.annotation,)
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
 
 
-def load_job_config(path: str | Path, overrides: list[str] | None = None) -> JobConfig:
-    path = Path(path)
-    data = apply_overrides(read_toml(path), overrides or [])
+def _path_marker(field) -> JobPath | None:
+    return next((m for m in field.metadata if isinstance(m, JobPath)), None)
+
+
+def resolve_paths(data: dict[str, Any], schema: type[JobSchema], base: Path) -> dict[str, Any]:
+    """Make the relative values of `JobPath` fields absolute against `base` (the job file's folder)."""
+    resolved = dict(data)
+    for section, values in data.items():
+        model = _section_model(schema, section)
+        if model is None or not isinstance(values, dict):
+            continue  # validation reports it
+        values = dict(values)
+        for key, field in model.model_fields.items():
+            marker, value = _path_marker(field), values.get(key)
+            if marker is None or not isinstance(value, str) or not value or Path(value).is_absolute():
+                continue
+            candidate = base / value
+            if marker.hub_id and not candidate.exists():
+                continue  # a hub id, or a path relative to the working directory
+            values[key] = str(candidate.resolve())
+        resolved[section] = values
+    return resolved
+
+
+def validate_job(data: dict[str, Any], schema: type[JobSchema], source: str) -> JobSchema:
     try:
-        return JobConfig.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as error:
-        raise _pydantic_error(error, str(path)) from None
+        raise _one_line(error, schema, source) from None
 
 
-def build_trl_config(config_class: type, train: dict[str, Any], source: str, **forced: Any):
-    """Instantiate a TRL config dataclass from `[train]`, rejecting what is not one of its fields.
+def job_kind(data: dict[str, Any], source: str) -> str:
+    kind = data.get("kind", DEFAULT_KIND)
+    if not isinstance(kind, str):
+        raise ConfigError(f"{source}: kind must be a string naming the trainer (got {kind!r})")
+    return kind
 
-    `forced` are the values the job sets itself (from other sections); `[train]` may not contradict them.
-    """
-    fields = {f.name for f in dataclasses.fields(config_class) if f.init}
-    for key in train:
-        if key not in fields:
-            raise ConfigError(f"{source}: [train] unknown key '{key}'{_suggest(key, sorted(fields))}")
-    for key, value in forced.items():
-        if key in train and train[key] != value:
-            raise ConfigError(
-                f"{source}: [train] {key} is set by the job ({value!r}); remove it from [train]"
-            )
-    if "output_dir" not in train:
-        raise ConfigError(f"{source}: [train] missing key 'output_dir'")
-    try:
-        return config_class(**train, **forced)
-    except (TypeError, ValueError) as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ConfigError(f"{source}: [train] {message}") from None
+
+# ---------------------------------------------------------------------------------------------------
+# One-line errors
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    close = close or [k for k in known if key.startswith(k) or k.startswith(key)][:1]  # rank -> r
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+_TABLE_ERRORS = {"model_type", "model_attributes_type", "dict_type"}
+
+
+def _one_line(error: ValidationError, schema: type[JobSchema], source: str) -> ConfigError:
+    first = error.errors()[0]
+    loc = [str(part) for part in first["loc"]]
+    section = loc[0] if loc else "?"
+    # Keep field names and list indices; drop the union-member tags pydantic adds ("list[str]", ...).
+    model = _section_model(schema, section)
+    key_parts = [p for p in loc[1:2]] + [p for p in loc[2:] if p.isdigit()]
+    key = ".".join(key_parts)
+    kind = first["type"]
+    got = f" (got {first['input']!r})" if "input" in first and kind not in ("missing", "value_error") else ""
+    message = first["msg"].removeprefix("Value error, ")
+
+    if len(loc) == 1 and section not in schema.model_fields:
+        return ConfigError(
+            f"{source}: unknown section [{section}]{_suggest(section, list(schema.model_fields))}"
+        )
+    if len(loc) == 1 and model is None:  # a top-level key such as `kind`
+        return ConfigError(f"{source}: {section}: {message}{got}")
+    if len(loc) == 1 and kind == "missing":
+        return ConfigError(f"{source}: missing section [{section}]")
+    if len(loc) == 1 and kind == "value_error":  # a check across the section's keys; it names them
+        return ConfigError(f"{source}: [{section}] {message}")
+    if len(loc) == 1 and kind in _TABLE_ERRORS:
+        return ConfigError(f"{source}: [{section}] must be a table of keys{got}")
+    if kind == "extra_forbidden" and len(loc) == 2 and model is not None:
+        return ConfigError(
+            f"{source}: [{section}] unknown key '{key}'{_suggest(key, list(model.model_fields))}"
+        )
+    if kind == "missing":
+        return ConfigError(f"{source}: [{section}] missing key '{key}'")
+    if kind == "literal_error":
+        allowed = re.findall(r"'([^']*)'", first["ctx"]["expected"])
+        if len(allowed) > 8:  # optimizers, schedulers, ...: a short line, with the nearest names
+            message = f"expected one of {len(allowed)} names ({', '.join(allowed[:4])}, ...)"
+        if isinstance(first["input"], str):
+            got += _suggest(first["input"], allowed)
+    return ConfigError(f"{source}: [{section}] {key}: {message}{got}")

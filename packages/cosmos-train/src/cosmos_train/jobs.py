@@ -1,46 +1,54 @@
-"""Reading a job file for a command: validation plus path resolution, shared by every trainer."""
+"""Read a job file into the *effective* job: its kind, `--set` overrides applied, paths resolved, values
+validated, and the trainer's TRL config built once. Shared by every trainer and `validate-config`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .config import JobConfig, load_job_config
+from .config import (
+    ConfigError,
+    JobSchema,
+    apply_overrides,
+    job_kind,
+    read_toml,
+    resolve_paths,
+    schema_for,
+    validate_job,
+)
+
+JOB_RECORD = "cosmos_train_job.toml"  # written into output_dir; export puts it in the model card
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
-    config: JobConfig
+    config: JobSchema  # validated, overrides applied, paths absolute
     source: str  # the job file, for messages
-    text: str  # the file as written, saved beside the trained model
+    args: Any  # the trainer's TRL / transformers config (e.g. SFTConfig)
+
+    @property
+    def kind(self) -> str:
+        return self.config.kind
+
+    def record(self) -> str:
+        """The effective job as TOML: what this run actually used, so it can be rerun as is."""
+        import tomli_w
+
+        values = self.config.model_dump(mode="json", exclude_none=True)
+        # The trainer's own sections first, in file order; the shared [train] and [launch] last.
+        values = {key: values[key] for key in sorted(values, key=lambda key: key in ("train", "launch"))}
+        return f"# {self.source}, as run: --set overrides applied, paths resolved\n" + tomli_w.dumps(values)
 
 
-def _resolve(base: Path, value: str | None, must_exist: bool = False) -> str | None:
-    """A relative path is relative to the job file's folder (a hub id stays as it is)."""
-    if value is None or Path(value).is_absolute():
-        return value
-    candidate = base / value
-    if must_exist and not candidate.exists():
-        return value
-    return str(candidate.resolve())
-
-
-def read_job(path: str | Path, overrides: list[str] | None = None) -> Job:
-    """Validate a job file and make its relative paths absolute against the file's folder."""
+def read_job(path: str | Path, overrides: list[str] | None = None, kind: str | None = None) -> Job:
+    """Validate a job file (of `kind`, when a command needs one) and build its trainer config."""
     path = Path(path)
-    config = load_job_config(path, overrides)
-    base = path.resolve().parent
-    model = config.model.model_copy(
-        update={"name_or_path": _resolve(base, config.model.name_or_path, must_exist=True)}
-    )
-    data = config.data.model_copy(
-        update={
-            "path": _resolve(base, config.data.path, must_exist=config.data.format == "hf"),
-            "media_dir": _resolve(base, config.data.media_dir),
-        }
-    )
-    train = dict(config.train)
-    if "output_dir" in train:
-        train["output_dir"] = _resolve(base, str(train["output_dir"]))
-    config = config.model_copy(update={"model": model, "data": data, "train": train})
-    return Job(config, str(path), path.read_text())
+    source = str(path)
+    data = apply_overrides(read_toml(path), overrides or [])
+    found = job_kind(data, source)
+    if kind is not None and found != kind:
+        raise ConfigError(f"{source}: kind '{found}' is not a {kind} job; run `cosmos-train {found}` instead")
+    schema = schema_for(found, source)
+    config = validate_job(resolve_paths(data, schema, path.resolve().parent), schema, source)
+    return Job(config, source, config.training_arguments(source))

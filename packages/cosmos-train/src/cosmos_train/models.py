@@ -23,7 +23,7 @@ from transformers import (
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
-from .config import LoraSection, ModelSection
+from .config import ConfigError, LoraSection, ModelSection
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,6 @@ def load_model(section: ModelSection, packing: bool = False) -> LoadedModel:
     With `packing` and no attention implementation asked for, packed rows use `segment_sdpa`
     (per-sequence SDPA), since plain SDPA would score every packed sequence against every other.
     """
-    import transformers_cosmos3  # noqa: F401  (registers cosmos3 where transformers lacks it)
     from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
     from . import attention
@@ -105,7 +104,7 @@ def freeze(model: torch.nn.Module, patterns: list[str]) -> list[str]:
         regex = re.compile(VISION_TOWER_PATTERN if pattern == "vision" else pattern)
         matched = [name for name, _ in model.named_parameters() if regex.search(name)]
         if not matched:
-            raise ValueError(f"[model] freeze pattern {pattern!r} matches no parameter")
+            raise ConfigError(f"[model] freeze pattern {pattern!r} matches no parameter")
         frozen += matched
     for name, parameter in model.named_parameters():
         if name in frozen:

@@ -1,12 +1,13 @@
 """Shipped distributed-backend configs, selected by `[launch] backend`.
 
 The trainer hands them to TrainingArguments (`deepspeed=` for ZeRO, `fsdp=`/`fsdp_config=` for
-FSDP2), so the same job runs under `cosmos-train sft`, `accelerate launch` or `torchrun`, on one
+FSDP2), so the same job runs under `cosmos-train <kind>`, `accelerate launch` or `torchrun`, on one
 machine or many. `accelerate.yaml` is a starting point for `accelerate launch --config_file`.
 
-On a machine without GPUs, a multi-process job needs `[train] use_cpu = true`: without it accelerate
-finds no device and every process trains alone (DDP) or sizes its batch for one process (ZeRO). FSDP
-needs GPUs: accelerate only turns it on for device-backed runs, so on CPUs it would be plain DDP.
+On a machine without GPUs, a multi-process job needs `use_cpu = true`: without it accelerate finds
+no device and every process trains alone (DDP) or sizes its batch for one process (ZeRO), so it is
+the default there. FSDP needs GPUs: accelerate only turns it on for device-backed runs, so on CPUs
+it would silently be plain DDP; it is refused instead.
 """
 
 from pathlib import Path
@@ -17,7 +18,7 @@ ACCELERATE_CONFIG = LAUNCH_DIR / "accelerate.yaml"
 BACKENDS = ("ddp", "zero2", "zero3", "fsdp")
 
 
-def training_arguments(backend: str) -> dict[str, Any]:
+def backend_arguments(backend: str) -> dict[str, Any]:
     """TrainingArguments fields that select the backend ({} for plain DDP)."""
     if backend in ("zero2", "zero3"):
         return {"deepspeed": str(LAUNCH_DIR / f"{backend}.json")}
@@ -27,3 +28,20 @@ def training_arguments(backend: str) -> dict[str, Any]:
     if backend != "ddp":
         raise ValueError(f"unknown launch backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     return {}
+
+
+def device_defaults(backend: str, source: str) -> dict[str, Any]:
+    """Defaults for this machine that `[train]` may still change; refuses FSDP without GPUs."""
+    import torch
+
+    from ..config import ConfigError
+
+    if torch.cuda.is_available():
+        return {}
+    if backend == "fsdp":
+        raise ConfigError(
+            f"{source}: [launch] backend 'fsdp' needs GPUs (accelerate would run plain DDP on CPUs)"
+        )
+    # TRL defaults to bf16 mixed precision, which needs a GPU; without use_cpu, accelerate finds no
+    # device and every launched process trains alone.
+    return {"bf16": False, "use_cpu": True}

@@ -1,13 +1,26 @@
-"""Behaviour every cosmos-train trainer adds to its TRL base class."""
+"""What every cosmos-train trainer shares: crash-safe checkpoints, a stop on non-finite loss, and the
+run skeleton (resume, train, final save, job record, process-group release).
+
+A trainer file builds its model, data and TRL trainer, then hands over to `train_and_save`; the
+CPU/FSDP guards live with the launch backends (`cosmos_train.launch`) and apply while the job's TRL
+config is built.
+"""
 
 from __future__ import annotations
 
+import atexit
+import gc
+import logging
 import os
+from pathlib import Path
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..checkpoints import latest_complete_checkpoint, mark_complete
+from ..jobs import JOB_RECORD, Job
+
+logger = logging.getLogger(__name__)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -44,3 +57,48 @@ class CrashSafeTrainerMixin:
                 self.state.global_step,
             )
         self.accelerator.wait_for_everyone()
+
+
+def train_and_save(trainer, job: Job, processing_class=None) -> None:
+    """Train `trainer` for `job` and leave the final model in `output_dir`, on every trainer alike:
+
+    1. record the effective job in `output_dir` (before training, so a crashed run keeps it too);
+    2. resume from the latest *complete* checkpoint when `[train] resume_from_checkpoint = true`;
+    3. train, then save the model and its tokenizer/processor;
+    4. once every rank has finished, release the process group at exit.
+    """
+    output_dir = Path(job.args.output_dir)
+    if trainer.accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / JOB_RECORD).write_text(job.record())
+
+    resume = None
+    if job.config.train.resume_from_checkpoint:
+        resume = latest_complete_checkpoint(output_dir)
+        logger.info("resuming from %s", resume or "nothing: no complete checkpoint yet")
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    trainer.save_model(str(output_dir))
+    if trainer.accelerator.is_main_process and processing_class is not None:
+        processing_class.save_pretrained(output_dir)
+    trainer.accelerator.wait_for_everyone()  # every rank returns once the model is fully saved
+    if trainer.accelerator.num_processes > 1:
+        atexit.unregister(_release_process_group)
+        atexit.register(_release_process_group)
+
+
+def _release_process_group() -> None:
+    """Destroy the process group while the interpreter is still whole.
+
+    Left to interpreter shutdown, a gloo worker thread may free a finished collective's tensors after
+    Python has started finalizing; it then cannot take the GIL and the rank aborts ("terminate called
+    without an active exception"), failing a run that had finished and saved. Registered only once a
+    run has finished on every rank, so a rank that failed mid-run never waits here for the others.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        gc.collect()  # finished trainers and their DDP wrappers still hold the group
+        dist.destroy_process_group()
+        gc.collect()

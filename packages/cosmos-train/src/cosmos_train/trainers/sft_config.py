@@ -1,53 +1,96 @@
-"""The SFT job's TRL config: `[train]` verbatim, plus what the other sections imply."""
+"""The SFT job (`kind = "sft"`, the default): its schema, and its mapping onto TRL's `SFTConfig`.
+
+`[train]` takes `SFTConfig` fields verbatim, type- and range-checked. The other sections own a few
+`SFTConfig` fields (`[data] max_length` and `packing`, `[launch] backend`); `[train]` may not
+contradict them.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-import torch
+from pydantic import Field, model_validator
 from trl import SFTConfig
 
-from ..config import ConfigError, JobConfig, build_trl_config
-from ..launch import training_arguments
+from ..config import (
+    JobPath,
+    JobSchema,
+    LoraSection,
+    ModelSection,
+    Section,
+    build_training_arguments,
+    trainer_section,
+)
+from ..launch import backend_arguments, device_defaults
 
 
-def implied_sft_arguments(job: JobConfig) -> dict[str, Any]:
-    """SFTConfig fields owned by other sections of the job; `[train]` may not contradict them."""
-    implied: dict[str, Any] = {
-        "max_length": job.data.max_length,
-        "packing": job.data.packing,
-        "padding_free": job.data.packing,
-        "assistant_only_loss": True,  # loss on assistant tokens only
-        "model_init_kwargs": None,
-        **training_arguments(job.launch.backend),
-    }
-    if job.data.packing:
-        implied["packing_strategy"] = "bfd"
-    return implied
+class ConversationData(Section):
+    """`[data]`: conversations in LLaVA JSON, typed-message JSONL or a `datasets` dataset."""
+
+    format: Literal["llava", "jsonl", "hf"]
+    path: Annotated[str, JobPath(hub_id=True)] = Field(
+        description="JSON/JSONL file, a saved datasets folder, or a hub dataset name."
+    )
+    media_dir: Annotated[str | None, JobPath()] = Field(
+        default=None, description="Folder that image/video paths are relative to."
+    )
+    split: str = "train"
+    system_prompt: str | None = None
+    fps: float = Field(2.0, gt=0, description="Frames per second sampled from videos.")
+    max_frames: int = Field(16, gt=0, description="Cap on frames per video.")
+    max_length: int | None = Field(default=2048, gt=0)
+    packing: bool = Field(False, description="Padding-free packing (text-only data).")
+    skip_bad: bool = Field(False, description="Skip and count bad records instead of failing.")
+    train_on: Literal["assistant", "all"] = Field(
+        "assistant", description="Loss on the assistant turns only, or on the whole conversation."
+    )
+
+    @model_validator(mode="after")
+    def _local_files_exist(self):
+        if self.format != "hf" and not Path(self.path).is_file():
+            raise ValueError(f"path {self.path} does not exist")
+        if self.media_dir is not None and not Path(self.media_dir).is_dir():
+            raise ValueError(f"media_dir {self.media_dir} does not exist")
+        return self
 
 
-def data_arguments(is_vision_language: bool) -> dict[str, Any]:
-    """VLM batches are built from raw conversations by our collator, so TRL keeps every column and
-    skips its own preparation; text LMs use TRL's tokenization, assistant masks and packing."""
-    if is_vision_language:
-        return {"remove_unused_columns": False, "dataset_kwargs": {"skip_prepare_dataset": True}}
-    return {}
+SFTTrainSection = trainer_section(
+    SFTConfig,
+    name="SFTTrainSection",
+    overrides={
+        "output_dir": (str, ...),
+        # true resumes from the latest *complete* checkpoint in output_dir (see checkpoints.py).
+        "resume_from_checkpoint": (bool, None),
+    },
+)
 
 
-def build_sft_config(job: JobConfig, source: str) -> SFTConfig:
-    train = dict(job.train)
-    if job.train.get("resume_from_checkpoint") not in (None, True, False):
-        raise ConfigError(
-            f"{source}: [train] resume_from_checkpoint must be true or false "
-            "(true resumes from the latest complete checkpoint in output_dir)"
+class SFTJob(JobSchema):
+    kind: Literal["sft"] = "sft"
+    model: ModelSection
+    lora: LoraSection | None = None
+    data: ConversationData
+    train: SFTTrainSection
+
+    def training_arguments(self, source: str) -> SFTConfig:
+        forced: dict[str, Any] = {
+            "max_length": self.data.max_length,
+            "packing": self.data.packing,
+            "padding_free": self.data.packing,
+            "assistant_only_loss": self.data.train_on == "assistant",
+            "model_init_kwargs": None,
+            # VLM batches are built from the raw conversations by our collator, which needs every column.
+            "remove_unused_columns": False,
+            **backend_arguments(self.launch.backend),
+        }
+        if self.data.packing:
+            forced["packing_strategy"] = "bfd"
+        return build_training_arguments(
+            SFTConfig,
+            self.train,
+            source,
+            forced=forced,
+            defaults=device_defaults(self.launch.backend, source),
+            exclude=("resume_from_checkpoint",),
         )
-    train.pop("resume_from_checkpoint", None)  # handled by the trainer: latest *complete* checkpoint
-    if not torch.cuda.is_available():
-        if job.launch.backend == "fsdp":
-            raise ConfigError(
-                f"{source}: [launch] backend 'fsdp' needs GPUs (accelerate would run plain DDP on CPUs)"
-            )
-        train.setdefault("bf16", False)  # TRL defaults to bf16 mixed precision, which needs a GPU
-        # Without it, accelerate finds no device and every launched process trains alone.
-        train.setdefault("use_cpu", True)
-    return build_trl_config(SFTConfig, train, source, **implied_sft_arguments(job))

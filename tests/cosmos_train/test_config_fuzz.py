@@ -1,0 +1,381 @@
+"""Malformed job files, on every trainer's schema: each must exit 2 with one line naming the file,
+section and key, and no traceback.
+
+The cases are partly written out (typos users make) and partly generated from each schema: every
+section replaced by a scalar, every key of a good job given a wrong type, removed when required,
+misspelt, and every typed `[train]` field given a value of the wrong type. A trainer added to
+`JOB_KINDS` needs a good job here, and is then fuzzed the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import tomli_w
+from typer.testing import CliRunner
+
+from cosmos_train.cli import app
+from cosmos_train.config import JOB_KINDS, schema_for
+
+GOOD_JOBS = {
+    "sft": """
+kind = "sft"
+[model]
+name_or_path = "model"
+dtype = "bfloat16"
+freeze = ["vision"]
+[lora]
+r = 8
+alpha = 16
+dropout = 0.05
+target_modules = ["q_proj", "v_proj"]
+[data]
+format = "llava"
+path = "data/llava.json"
+media_dir = "data"
+fps = 2.0
+max_frames = 8
+max_length = 512
+packing = false
+train_on = "assistant"
+[train]
+output_dir = "runs/x"
+learning_rate = 1e-4
+max_steps = 10
+per_device_train_batch_size = 2
+gradient_accumulation_steps = 2
+seed = 1
+bf16 = false
+num_train_epochs = 1.0
+report_to = "none"
+lr_scheduler_type = "cosine"
+resume_from_checkpoint = true
+[launch]
+backend = "ddp"
+""",
+}
+
+
+@dataclass
+class Case:
+    name: str
+    kind: str
+    text: str | bytes  # the job file
+    expect: tuple[str, ...]  # substrings of the one-line message (besides the file name)
+    overrides: tuple[str, ...] = ()
+
+
+def _toml(values: dict) -> str:
+    return tomli_w.dumps(values)
+
+
+def _set(values: dict, section: str, key: str | None, value) -> dict:
+    changed = copy.deepcopy(values)
+    if key is None:
+        changed[section] = value
+    elif value is _DELETE:
+        del changed[section][key]
+    else:
+        changed[section][key] = value
+    return changed
+
+
+_DELETE = object()
+_WRONG = [{"a": 1}]  # a list of tables: no key of any schema takes one
+
+
+def _section_model(schema, section):
+    annotation = schema.model_fields[section].annotation
+    return next(a for a in (typing.get_args(annotation) or (annotation,)) if isinstance(a, type))
+
+
+def _train_wrong_value(annotation) -> object | None:
+    """A value of the wrong type for a plain int / float / bool / choice field, else None."""
+    base = [a for a in (typing.get_args(annotation) or (annotation,)) if a is not type(None)]
+    if len(base) != 1:
+        return None
+    if base[0] in (int, float):
+        return "many"
+    if base[0] is bool:
+        return "yes"
+    if typing.get_origin(base[0]) is typing.Literal:
+        return 3.5
+    return None
+
+
+def generated_cases(kind: str) -> list[Case]:
+    good = tomllib.loads(GOOD_JOBS[kind])
+    schema = schema_for(kind, "test")
+    cases = []
+    for section, values in good.items():
+        if not isinstance(values, dict):
+            continue
+        model = _section_model(schema, section)
+        cases.append(
+            Case(f"{section}-not-a-table", kind, _toml(_set(good, section, None, 7)), (f"[{section}]",))
+        )
+        cases.append(
+            Case(
+                f"{section}-misspelt-key",
+                kind,
+                _toml(_set(good, section, "zz_typo", 1)),
+                (f"[{section}]", "zz_typo"),
+            )
+        )
+        for key in values:
+            wrong = _toml(_set(good, section, key, _WRONG))
+            cases.append(Case(f"{section}.{key}-wrong-type", kind, wrong, (f"[{section}]", key)))
+            if model.model_fields[key].is_required():
+                gone = _toml(_set(good, section, key, _DELETE))
+                cases.append(
+                    Case(f"{section}.{key}-missing", kind, gone, (f"[{section}]", f"missing key '{key}'"))
+                )
+    train_model = _section_model(schema, "train")
+    for key, field in train_model.model_fields.items():
+        wrong = _train_wrong_value(field.annotation)
+        if wrong is not None:
+            text = _toml(_set(good, "train", key, wrong))
+            cases.append(Case(f"train.{key}-typed", kind, text, ("[train]", key)))
+    return cases
+
+
+SFT = GOOD_JOBS["sft"]
+
+
+def _sub(old: str, new: str) -> str:
+    assert old in SFT, old
+    return SFT.replace(old, new)
+
+
+WRITTEN = [
+    # The values the issue found passing validate-config.
+    Case(
+        "lr-word", "sft", _sub("learning_rate = 1e-4", 'learning_rate = "fast"'), ("[train]", "learning_rate")
+    ),
+    Case("steps-word", "sft", _sub("max_steps = 10", 'max_steps = "ten"'), ("[train]", "max_steps")),
+    Case("seed-word", "sft", _sub("seed = 1", 'seed = "abc"'), ("[train]", "seed")),
+    Case("bf16-yes", "sft", _sub("bf16 = false", 'bf16 = "yes"'), ("[train]", "bf16")),
+    Case(
+        "epochs-list",
+        "sft",
+        _sub("num_train_epochs = 1.0", "num_train_epochs = [1, 2]"),
+        ("[train]", "num_train_epochs"),
+    ),
+    Case(
+        "batch-0",
+        "sft",
+        _sub("per_device_train_batch_size = 2", "per_device_train_batch_size = 0"),
+        ("[train]", "per_device_train_batch_size"),
+    ),
+    Case(
+        "batch-neg",
+        "sft",
+        _sub("per_device_train_batch_size = 2", "per_device_train_batch_size = -1"),
+        ("[train]", "per_device_train_batch_size"),
+    ),
+    Case(
+        "accum-0",
+        "sft",
+        _sub("gradient_accumulation_steps = 2", "gradient_accumulation_steps = 0"),
+        ("[train]", "gradient_accumulation_steps"),
+    ),
+    Case(
+        "lr-negative",
+        "sft",
+        _sub("learning_rate = 1e-4", "learning_rate = -1.0"),
+        ("[train]", "learning_rate"),
+    ),
+    Case(
+        "tracker",
+        "sft",
+        _sub('report_to = "none"', 'report_to = "nonexistent_tracker"'),
+        ("[train]", "report_to", "nonexistent_tracker"),
+    ),
+    Case(
+        "tracker-in-list",
+        "sft",
+        _sub('report_to = "none"', 'report_to = ["tensorboard", "tensorbord"]'),
+        ("[train]", "report_to"),
+    ),
+    Case(
+        "bad-regex",
+        "sft",
+        _sub('freeze = ["vision"]', 'freeze = ["visual.(blocks"]'),
+        ("[model]", "freeze", "regex"),
+    ),
+    # Typos and shapes users write.
+    Case("max-steps-0", "sft", _sub("max_steps = 10", "max_steps = 0"), ("[train]", "max_steps")),
+    Case("steps-float", "sft", _sub("max_steps = 10", "max_steps = 10.5"), ("[train]", "max_steps")),
+    Case(
+        "scheduler",
+        "sft",
+        _sub('lr_scheduler_type = "cosine"', 'lr_scheduler_type = "cosin"'),
+        ("[train]", "lr_scheduler_type", "did you mean 'cosine'"),
+    ),
+    Case(
+        "eval-strategy",
+        "sft",
+        _sub("seed = 1", 'seed = 1\neval_strategy = "step"'),
+        ("[train]", "eval_strategy"),
+    ),
+    Case("optimizer", "sft", _sub("seed = 1", 'seed = 1\noptim = "adamw_torchh"'), ("[train]", "optim")),
+    Case(
+        "warmup-negative", "sft", _sub("seed = 1", "seed = 1\nwarmup_steps = -3"), ("[train]", "warmup_steps")
+    ),
+    Case(
+        "grad-norm-negative",
+        "sft",
+        _sub("seed = 1", "seed = 1\nmax_grad_norm = -1.0"),
+        ("[train]", "max_grad_norm"),
+    ),
+    Case("loss-type", "sft", _sub("seed = 1", 'seed = 1\nloss_type = "mse"'), ("[train]", "loss_type")),
+    Case(
+        "set-by-job",
+        "sft",
+        _sub("seed = 1", "seed = 1\nmax_length = 64"),
+        ("[train]", "max_length", "set by the job"),
+    ),
+    Case(
+        "packing-in-train",
+        "sft",
+        _sub("seed = 1", "seed = 1\npacking = true"),
+        ("[train]", "packing", "set by the job"),
+    ),
+    Case(
+        "resume-path",
+        "sft",
+        _sub("resume_from_checkpoint = true", 'resume_from_checkpoint = "runs/x/checkpoint-5"'),
+        ("[train]", "resume_from_checkpoint"),
+    ),
+    Case("no-output-dir", "sft", _sub('output_dir = "runs/x"', ""), ("[train]", "missing key 'output_dir'")),
+    Case(
+        "train-misspelt",
+        "sft",
+        _sub("learning_rate", "learnig_rate"),
+        ("[train]", "learnig_rate", "did you mean 'learning_rate'"),
+    ),
+    Case("lora-rank", "sft", _sub("r = 8", "rank = 8"), ("[lora]", "rank", "did you mean 'r'")),
+    Case("lora-r-0", "sft", _sub("r = 8", "r = 0"), ("[lora]", "r")),
+    Case("lora-r-string", "sft", _sub("r = 8", 'r = "8"'), ("[lora]", "r")),
+    Case("lora-dropout-1", "sft", _sub("dropout = 0.05", "dropout = 1.0"), ("[lora]", "dropout")),
+    Case(
+        "lora-targets",
+        "sft",
+        _sub('target_modules = ["q_proj", "v_proj"]', 'target_modules = "all_linear"'),
+        ("[lora]", "target_modules"),
+    ),
+    Case("dtype", "sft", _sub('dtype = "bfloat16"', 'dtype = "bf16"'), ("[model]", "dtype")),
+    Case(
+        "attn",
+        "sft",
+        _sub('dtype = "bfloat16"', 'attn_implementation = "flash"'),
+        ("[model]", "attn_implementation"),
+    ),
+    Case("freeze-string", "sft", _sub('freeze = ["vision"]', 'freeze = "vision"'), ("[model]", "freeze")),
+    Case(
+        "model-path-missing",
+        "sft",
+        _sub('name_or_path = "model"\n', ""),
+        ("[model]", "missing key 'name_or_path'"),
+    ),
+    Case("format", "sft", _sub('format = "llava"', 'format = "csv"'), ("[data]", "format")),
+    Case(
+        "data-path-missing",
+        "sft",
+        _sub('path = "data/llava.json"', 'path = "data/nope.json"'),
+        ("[data]", "path", "nope.json"),
+    ),
+    Case(
+        "media-dir-missing", "sft", _sub('media_dir = "data"', 'media_dir = "media"'), ("[data]", "media_dir")
+    ),
+    Case("fps-0", "sft", _sub("fps = 2.0", "fps = 0"), ("[data]", "fps")),
+    Case("frames-float", "sft", _sub("max_frames = 8", "max_frames = 8.5"), ("[data]", "max_frames")),
+    Case(
+        "train-on",
+        "sft",
+        _sub('train_on = "assistant"', 'train_on = "assistants"'),
+        ("[data]", "train_on", "did you mean 'assistant'"),
+    ),
+    Case("packing-word", "sft", _sub("packing = false", 'packing = "no"'), ("[data]", "packing")),
+    Case("backend", "sft", _sub('backend = "ddp"', 'backend = "zero4"'), ("[launch]", "backend")),
+    Case("fsdp-on-cpu", "sft", _sub('backend = "ddp"', 'backend = "fsdp"'), ("[launch]", "backend", "fsdp")),
+    Case(
+        "section-misspelt",
+        "sft",
+        _sub("[launch]", "[lanch]"),
+        ("unknown section [lanch]", "did you mean 'launch'"),
+    ),
+    Case("extra-section", "sft", SFT + "\n[rewards]\nformat = 1.0\n", ("unknown section [rewards]",)),
+    Case("array-of-tables", "sft", _sub("[lora]", "[[lora]]"), ("[lora]",)),
+    Case("kind-unknown", "sft", _sub('kind = "sft"', 'kind = "stf"'), ("kind", "stf", "did you mean 'sft'")),
+    Case("kind-number", "sft", _sub('kind = "sft"', "kind = 1"), ("kind",)),
+    Case("invalid-toml", "sft", _sub("max_steps = 10", "max_steps = "), ("invalid TOML", "line")),
+    Case("duplicate-key", "sft", _sub("seed = 1", "seed = 1\nseed = 2"), ("invalid TOML", "seed")),
+    Case("empty-file", "sft", "", ("missing section [model]",)),
+    Case("not-utf8", "sft", b"\xff\xfe[model]\n", ("cannot read",)),
+    Case("set-no-equals", "sft", SFT, ("--set", "section.key=value"), ("train.max_steps",)),
+    Case("set-not-a-section", "sft", SFT, ("--set", "'kind' is not a section"), ("kind.x=1",)),
+    Case("set-bad-value", "sft", SFT, ("[train]", "max_steps"), ("train.max_steps=ten",)),
+]
+
+
+def all_cases() -> list[Case]:
+    cases = list(WRITTEN)
+    for kind in GOOD_JOBS:
+        cases += generated_cases(kind)
+    return cases
+
+
+CASES = all_cases()
+
+
+def test_every_trainer_has_a_good_job_and_sixty_cases():
+    assert set(GOOD_JOBS) == set(JOB_KINDS), "add a good job for each new trainer"
+    assert len(CASES) >= 60 and len({case.name for case in CASES}) == len(CASES)
+
+
+def _folder(tmp_path: Path) -> Path:
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "llava.json").write_text("[]")
+    return tmp_path
+
+
+@pytest.mark.parametrize("kind", sorted(GOOD_JOBS))
+def test_good_jobs_validate(tmp_path, kind):
+    job = _folder(tmp_path) / "job.toml"
+    job.write_text(GOOD_JOBS[kind])
+    result = CliRunner().invoke(app, ["validate-config", str(job)])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.kind}:{case.name}")
+def test_malformed_job_is_one_line_naming_the_key(tmp_path, case):
+    job = _folder(tmp_path) / "job.toml"
+    if isinstance(case.text, bytes):
+        job.write_bytes(case.text)
+    else:
+        job.write_text(case.text)
+    args = ["validate-config", str(job)]
+    for override in case.overrides:
+        args += ["--set", override]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    assert isinstance(result.exception, SystemExit)  # typer.Exit, not an escaped traceback
+    message = result.stderr.strip()
+    assert message.count("\n") == 0 and "Traceback" not in message, message
+    assert message.startswith("error: ") and len(message) < 400, message
+    if not message.startswith("error: --set"):
+        assert str(job) in message, message
+    for part in case.expect:
+        assert part in message, (part, message)
+
+
+def test_a_folder_given_as_the_job_file(tmp_path):
+    result = CliRunner().invoke(app, ["validate-config", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {tmp_path}: is a folder, not a job file (TOML)"
