@@ -1,4 +1,5 @@
-"""Write the `shapes` toy dataset: 12 tiny PNGs, a short clip, `llava.json` and `chat.jsonl`.
+"""Write the `shapes` toy dataset: 12 tiny PNGs, a short clip, `llava.json`, `chat.jsonl` and the
+text-only `text.jsonl` (the same questions, with the picture described in words).
 
 Answers are one word so a tiny model's loss falls within a few dozen steps. Deterministic: rerunning
 rewrites identical files (PNG and the mpeg4 clip carry no timestamps).
@@ -52,7 +53,7 @@ def write_clip(path: Path) -> None:
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "images").mkdir(exist_ok=True)
-    llava, chat = [], []
+    llava, chat, text = [], [], []
     for shape in SHAPES:
         for color, rgb in COLORS.items():
             name = f"images/{color}_{shape}.png"
@@ -65,6 +66,15 @@ def main(out: Path) -> None:
                             {"from": "human", "value": f"<image>\n{question}"},
                             {"from": "gpt", "value": answer},
                         ],
+                    }
+                )
+                described = f"The picture shows a {color} {shape}. {question}"
+                text.append(
+                    {
+                        "messages": [
+                            {"role": "user", "content": described},
+                            {"role": "assistant", "content": answer},
+                        ]
                     }
                 )
                 chat.append(
@@ -101,7 +111,8 @@ def main(out: Path) -> None:
             }
         )
     (out / "llava.json").write_text(json.dumps(llava, indent=1) + "\n")
-    (out / "chat.jsonl").write_text("".join(json.dumps(record) + "\n" for record in chat))
+    for name, records in (("chat.jsonl", chat), ("text.jsonl", text)):
+        (out / name).write_text("".join(json.dumps(record) + "\n" for record in records))
 
 
 if __name__ == "__main__":

@@ -146,5 +146,26 @@ def quickstart(
         _fail(error)
 
 
+@app.command("make-tiny")
+def make_tiny(
+    kind: Annotated[str, typer.Argument(help="qwen3 | qwen3_vl | qwen2_5_vl | cosmos3", show_default=False)],
+    out: Annotated[Path, typer.Argument(help="Folder to write (must not exist).", show_default=False)],
+) -> None:
+    """Save a tiny random model with its tokenizer/processor, built offline, for smoke-testing a job
+    (the `examples/sft/tiny_*.toml` recipes) before pointing it at a real checkpoint.
+
+    Example:
+
+      cosmos-train make-tiny qwen3 examples/sft/tiny-models/qwen3
+    """
+    from .testing import KINDS, save_tiny_model
+
+    if kind not in KINDS:
+        _fail(f"unknown tiny model {kind!r}; expected one of {', '.join(KINDS)}")
+    if out.exists():
+        _fail(f"{out} already exists")
+    typer.echo(f"wrote a tiny {KINDS[kind]} to {save_tiny_model(kind, out)}")
+
+
 def main() -> None:
     app()
