@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=400)
     args = parser.parse_args()
 
-    from cosmos_train import tiny
+    from cosmos_train import testing as tiny
 
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)

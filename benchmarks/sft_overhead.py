@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     args = parser.parse_args()
 
-    from cosmos_train import tiny
+    from transformers_cosmos3 import testing as tiny
 
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)

@@ -141,11 +141,12 @@ def main() -> None:
     parser.add_argument("--size", choices=["tiny", "small"], default="small")
     args = parser.parse_args()
 
-    from cosmos_train import tiny
+    from diffusers_cosmos3.testing import save_tiny_cosmos3_layouts
+    from transformers_cosmos3.testing import SMALL, TINY
 
-    sizes = tiny.SMALL if args.size == "small" else tiny.TINY
+    sizes = SMALL if args.size == "small" else TINY
     with tempfile.TemporaryDirectory() as scratch:
-        layouts = tiny.save_tiny_cosmos3_layouts(Path(scratch), sizes=sizes)
+        layouts = save_tiny_cosmos3_layouts(Path(scratch), sizes=sizes)
         size_mb = sum(f.stat().st_size for f in layouts["diffusers"].rglob("*.safetensors")) / 2**20
         results = {
             "size": args.size,

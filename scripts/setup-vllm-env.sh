@@ -55,12 +55,11 @@ printf '%s\n' "$TORCH_SPEC" "$TRANSFORMERS_SPEC" >"$work/overrides.txt"
 uv pip install --quiet --excludes "$work/excludes.txt" --overrides "$work/overrides.txt" \
     "$VLLM_SPEC" "$TORCH_SPEC" "$TORCHVISION_SPEC" "$TRANSFORMERS_SPEC" "pytest>=8" "pytest-timeout>=2.3"
 
-# The workspace packages, editable and without their declared deps (cosmos-train would pull the
-# training stack; only its torch/transformers-only `cosmos_train.tiny` helpers are used here).
+# The two workspace packages vLLM needs, editable and without their declared deps (vLLM brings its
+# own torch/transformers). The tests build their tiny checkpoints with `transformers_cosmos3.testing`.
 uv pip install --quiet --no-deps \
     -e "$ROOT/packages/transformers-cosmos3" \
-    -e "$ROOT/packages/vllm-cosmos3" \
-    -e "$ROOT/packages/cosmos-train"
+    -e "$ROOT/packages/vllm-cosmos3"
 
 # Fail here, not in the tests, if the env cannot import what they need.
 "$VENV/bin/python" - <<'EOF'

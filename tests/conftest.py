@@ -12,6 +12,6 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_layouts(tmp_path_factory):
     """{layout: folder} for one tiny Cosmos3 model with action heads."""
-    from cosmos_train import tiny
+    from diffusers_cosmos3 import testing as tiny
 
     return tiny.save_tiny_cosmos3_layouts(tmp_path_factory.mktemp("tiny-cosmos3"), action=True)

@@ -29,7 +29,7 @@ import torch
 from sft_helpers import REPO, SHAPES, losses, write_job
 from transformers import AutoModelForCausalLM
 
-from cosmos_train import tiny
+from cosmos_train import testing as tiny
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.jobs import read_job
 from cosmos_train.launch import ACCELERATE_CONFIG

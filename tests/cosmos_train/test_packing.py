@@ -3,7 +3,7 @@
 import pytest
 from sft_helpers import losses, write_job, write_ragged_chats
 
-from cosmos_train import tiny
+from cosmos_train import testing as tiny
 from cosmos_train.jobs import read_job
 from cosmos_train.trainers.sft_trainer import run_sft
 

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file
 from sft_helpers import cli, write_job
 
-from cosmos_train import tiny
 from cosmos_train.checkpoints import is_complete, latest_complete_checkpoint, mark_complete
+from transformers_cosmos3 import testing as tiny
 
 TRAIN = {"max_steps": 16, "save_steps": 4, "learning_rate": 5e-3, "per_device_train_batch_size": 2}
 

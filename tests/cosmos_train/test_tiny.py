@@ -1,6 +1,9 @@
+import pytest
 import torch
 
-from cosmos_train import tiny
+from cosmos_train.testing import save_tiny_model
+from diffusers_cosmos3 import testing as diffusers_tiny
+from transformers_cosmos3 import testing as tiny
 
 
 def test_tokenizer_has_chat_template_and_vision_tokens():
@@ -23,13 +26,42 @@ def test_tokenizer_has_chat_template_and_vision_tokens():
 
 def test_variants_build_with_their_heads():
     tokenizer = tiny.build_tokenizer()
-    plain = tiny.build_transformer(tokenizer)
-    action = tiny.build_transformer(tokenizer, action=True)
-    sound = tiny.build_transformer(tokenizer, sound=True)
+    plain = diffusers_tiny.build_transformer(tokenizer)
+    action = diffusers_tiny.build_transformer(tokenizer, action=True)
+    sound = diffusers_tiny.build_transformer(tokenizer, sound=True)
     assert not hasattr(plain, "action_proj_in") and not hasattr(plain, "audio_proj_in")
     assert action.action_proj_in.fc.weight.shape[0] == 32  # one row per embodiment domain
-    assert sound.audio_proj_in.in_features == tiny.SOUND_DIM
+    assert sound.audio_proj_in.in_features == diffusers_tiny.SOUND_DIM
     assert tiny.build_vision_encoder().config.out_hidden_size == tiny.TINY.hidden
     # Random, not default-initialised, weights: zero-initialised parameters would hide mapping bugs.
     assert action.action_modality_embed.abs().sum() > 0
     assert not torch.equal(plain.layers[0].self_attn.to_q.weight, plain.layers[0].self_attn.add_q_proj.weight)
+
+
+@pytest.mark.parametrize(
+    ("kind", "model_type", "vision"),
+    [
+        ("qwen3", "qwen3", False),
+        ("qwen3_vl", "qwen3_vl", True),
+        ("qwen2_5_vl", "qwen2_5_vl", True),
+        ("cosmos3", "cosmos3_omni", True),
+    ],
+)
+def test_save_tiny_model_loads_back_with_auto_classes(tmp_path, kind, model_type, vision):
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+
+    folder = save_tiny_model(kind, tmp_path / kind)
+    model_class = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    model = model_class.from_pretrained(folder)
+    assert model.config.model_type == model_type
+    tokenizer = (
+        AutoProcessor.from_pretrained(folder).tokenizer if vision else AutoTokenizer.from_pretrained(folder)
+    )
+    ids = tokenizer("hello", return_tensors="pt").input_ids
+    assert torch.isfinite(model(input_ids=ids).logits).all()
+
+
+def test_save_tiny_model_names_the_kinds_on_an_unknown_one(tmp_path):
+    with pytest.raises(ValueError, match="qwen3, qwen3_vl, qwen2_5_vl, cosmos3"):
+        save_tiny_model("llama", tmp_path / "x")
+    assert not (tmp_path / "x").exists()

@@ -13,7 +13,7 @@ TARGETS = ["to_q", "to_v", "add_q_proj", "add_v_proj", "to_add_out"]
 
 
 def _adapted_transformer(seed):
-    from cosmos_train import tiny
+    from diffusers_cosmos3 import testing as tiny
 
     transformer = tiny.build_transformer(tiny.build_tokenizer())
     transformer.add_adapter(LoraConfig(r=4, lora_alpha=4, target_modules=TARGETS, init_lora_weights=False))

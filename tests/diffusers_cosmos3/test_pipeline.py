@@ -123,8 +123,8 @@ def test_upstream_classes_are_not_replaced():
 def test_sound_variant_survives_conversion_and_matches_upstream(tmp_path):
     from safetensors.torch import load_file
 
-    from cosmos_train import tiny
     from diffusers_cosmos3 import convert
+    from diffusers_cosmos3 import testing as tiny
 
     repo = tiny.save_tiny_cosmos3(tmp_path / "sound", sound=True)
     framework = convert(repo, tmp_path / "sound-framework", to="framework")

@@ -4,6 +4,7 @@ These run only in the vLLM env (scripts/test-vllm.sh); each test module skips it
 Nothing heavy is imported at module level, so the main env collects this folder cheaply.
 """
 
+import dataclasses
 import os
 
 # Before vLLM is imported: engine in this process (no spawned engine core), a small CPU KV cache.
@@ -13,9 +14,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-# vLLM's CPU attention kernels take head sizes of 32 and up (the cosmos_train.tiny default is 16).
+# vLLM's CPU attention kernels take head sizes of 32 and up (transformers_cosmos3.testing's TINY has 16).
 HEAD_DIM = 32
-MROPE_SECTION = [8, 4, 4]  # head_dim / 2 rotary pairs over t/h/w
+MROPE_SECTION = (8, 4, 4)  # head_dim / 2 rotary pairs over t/h/w
 
 # Generator-tower tensors under their canonical (diffusers) names, as a Cosmos3 checkpoint holds
 # them beside the reasoner: {name: shape}. The reasoner must never see any of them.
@@ -56,24 +57,11 @@ def generator_tensors():
 @pytest.fixture(scope="session")
 def tiny_reasoner():
     """(transformers Cosmos3OmniForConditionalGeneration with random weights, tokenizer), float32."""
-    import torch
-    from transformers import Cosmos3OmniForConditionalGeneration
+    from transformers_cosmos3.testing import TINY, build_reasoner, build_tokenizer
 
-    from cosmos_train import tiny
-
-    tokenizer = tiny.build_tokenizer()
-    config = tiny.reasoner_config(tokenizer)
-    config.text_config.head_dim = HEAD_DIM
-    config.text_config.rope_parameters["mrope_section"] = MROPE_SECTION
-    torch.manual_seed(0)
-    model = Cosmos3OmniForConditionalGeneration(config).eval()
-    with torch.no_grad():  # every tensor random, so a misplaced one always shows
-        for name, parameter in model.named_parameters():
-            if "norm" in name:
-                parameter.copy_(1.0 + 0.1 * torch.randn_like(parameter))
-            else:
-                parameter.normal_(0.0, 0.05)
-    return model, tokenizer
+    tokenizer = build_tokenizer()
+    sizes = dataclasses.replace(TINY, head_dim=HEAD_DIM, mrope_section=MROPE_SECTION)
+    return build_reasoner(tokenizer, sizes=sizes), tokenizer
 
 
 def _canonical_tensors(model):

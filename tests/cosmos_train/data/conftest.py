@@ -36,13 +36,13 @@ def write_clip():
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from cosmos_train import tiny
+    from transformers_cosmos3 import testing as tiny
 
     return tiny.build_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def cosmos_processor(tokenizer):
-    from cosmos_train import tiny
+    from transformers_cosmos3 import testing as tiny
 
     return tiny.build_processor(tokenizer)

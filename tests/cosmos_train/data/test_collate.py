@@ -93,7 +93,7 @@ def check_media_tokens(batch, processor, kind):
 def test_cosmos3_image_batch(mixed, tokenizer, cosmos_processor):
     from transformers import Cosmos3OmniForConditionalGeneration
 
-    from cosmos_train import tiny
+    from transformers_cosmos3 import testing as tiny
 
     data, rows = mixed
     batch = build_collator(cosmos_processor, data, 4096)(rows[:3])
@@ -117,7 +117,7 @@ def test_cosmos3_image_batch(mixed, tokenizer, cosmos_processor):
 def test_cosmos3_video_batch_carries_real_frame_timing(mixed, tokenizer, cosmos_processor):
     from transformers import Cosmos3OmniForConditionalGeneration
 
-    from cosmos_train import tiny
+    from transformers_cosmos3 import testing as tiny
 
     data, rows = mixed
     batch = build_collator(cosmos_processor, data, None)(rows[3:] + rows[:1])
@@ -213,7 +213,7 @@ def test_truncation_never_cuts_media_tokens(mixed, tokenizer, cosmos_processor):
 
 
 def test_template_without_generation_markers_unknown_to_trl_is_rejected(mixed):
-    from cosmos_train import tiny
+    from transformers_cosmos3 import testing as tiny
 
     data, _ = mixed
     tokenizer = tiny.build_tokenizer()
@@ -238,7 +238,7 @@ def test_frame_count_follows_data_fps(mixed, cosmos_processor):
 def test_a_generation_span_without_the_end_of_turn_token_is_flagged(mixed, caplog):
     import logging
 
-    from cosmos_train import tiny
+    from transformers_cosmos3 import testing as tiny
 
     data, rows = mixed
     tokenizer = tiny.build_tokenizer()

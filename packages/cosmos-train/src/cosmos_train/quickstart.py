@@ -72,7 +72,7 @@ def run(output_dir: Path, log: Callable[[str], None] = print) -> dict[str, str]:
     torch.manual_seed(0)
 
     step("building a tiny random Cosmos3 and writing it in every checkpoint layout")
-    from cosmos_train import tiny
+    from diffusers_cosmos3 import testing as tiny
 
     layouts = tiny.save_tiny_cosmos3_layouts(output_dir / "checkpoints")
     for name, folder in layouts.items():
