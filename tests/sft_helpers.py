@@ -79,3 +79,13 @@ def write_ragged_chats(path: Path, count: int, seed: int = 0, max_words: int = 6
             messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
             handle.write(json.dumps({"messages": messages}) + "\n")
     return path
+
+
+def tensorboard_steps(log_dir: Path, tag: str = "train/loss") -> list[int]:
+    """The global steps at which a run logged `tag` to TensorBoard in `log_dir` (`report_to = "tensorboard"`
+    with `TENSORBOARD_LOGGING_DIR` set, one folder per process to tell runs apart)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return [event.step for event in events.Scalars(tag)]

@@ -254,6 +254,40 @@ def test_ddp_two_processes_equal_one_process_with_accumulation(
     )
 
 
+CPU_ONLY = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="the use_cpu default is for CPU-only machines"
+)
+TRAIN_WITHOUT_USE_CPU = {key: value for key, value in TRAIN.items() if key != "use_cpu"}
+
+
+@CPU_ONLY
+def test_cpu_only_machine_defaults_to_use_cpu(tmp_path, reasoner):
+    job_path = write_job(tmp_path, reasoner, lora=False, train=TRAIN_WITHOUT_USE_CPU)
+    args = read_job(job_path).args
+    assert args.use_cpu is True and args.bf16 is False, (args.use_cpu, args.bf16)
+    assert read_job(job_path, ["train.use_cpu=false"]).args.use_cpu is False  # a default the job may change
+
+
+@CPU_ONLY
+@pytest.mark.slow
+def test_multi_gpu_launch_without_use_cpu_is_one_two_rank_job(tmp_path, reasoner):
+    """The documented `accelerate launch --multi_gpu` command on a job that leaves use_cpu unset: the
+    two processes must form one job of world size 2, not two jobs of one process each."""
+    launcher = _accelerate(
+        "--multi_gpu", "--num_processes", 2, "--num_machines", 1, "--mixed_precision", "no",
+        "--dynamo_backend", "no", "--main_process_port", _free_port(), "-m", "cosmos_train",
+    )  # fmt: skip
+    folder = tmp_path / "job"
+    folder.mkdir()
+    job = write_job(folder, reasoner, lora=False, train=TRAIN_WITHOUT_USE_CPU)
+    stdout, stderr = _finish(_start([*launcher, "sft", "--config", job]), "accelerate launch --multi_gpu")
+    assert "trained model saved to" in stdout, _tail(stderr)
+    run = Run(folder / "run")
+    assert _rng_states(run) == ["rng_state_0.pth", "rng_state_1.pth"]  # each rank saved its own: 2 ran
+    _assert_world_size(run, world_size=2, accumulation=1)
+    assert len(run.history("loss")) == STEPS
+
+
 @pytest.mark.slow
 def test_multi_node_command_form(tmp_path, reasoner, reference, reference_weights):
     """Two "machines" of one process each on localhost, launched as on a cluster, one command per machine."""

@@ -1,4 +1,4 @@
-"""Killed runs resume to the same weights; a half-written checkpoint is never picked."""
+"""Killed runs resume where they stopped, to the same weights; a half-written checkpoint is never picked."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from sft_helpers import cli, write_job
+from sft_helpers import cli, tensorboard_steps, write_job
 
 from cosmos_train.checkpoints import is_complete, latest_complete_checkpoint, mark_complete
 from transformers_cosmos3 import testing as tiny
@@ -41,12 +41,19 @@ def test_sigkill_then_resume_gives_bit_equal_weights(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     reference = load_file(reference_dir / "run" / "adapter_model.safetensors")
 
+    # Each process logs its losses to a TensorBoard folder of its own: what the resumed one ran.
     killed_dir = tmp_path / "killed"
     killed_dir.mkdir()
-    job = write_job(killed_dir, model, train=TRAIN | {"resume_from_checkpoint": True})
+    job = write_job(
+        killed_dir, model, train=TRAIN | {"resume_from_checkpoint": True, "report_to": "tensorboard"}
+    )
+    first_log, resumed_log = killed_dir / "tb-first", killed_dir / "tb-resumed"
     exe = Path(sys.executable).with_name("cosmos-train")
     process = subprocess.Popen(
-        [exe, "sft", "--config", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [exe, "sft", "--config", job],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=os.environ | {"TENSORBOARD_LOGGING_DIR": str(first_log)},
     )
     run = killed_dir / "run"
     deadline = time.monotonic() + 600
@@ -56,18 +63,20 @@ def test_sigkill_then_resume_gives_bit_equal_weights(tmp_path):
     assert process.poll() is None, "training ended before it could be killed"
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
-    assert latest_complete_checkpoint(run) is not None
     assert not (run / "adapter_model.safetensors").exists()  # the run really did not finish
+    assert tensorboard_steps(first_log)[:8] == list(range(1, 9))
 
     # A checkpoint cut off mid-write: newer than every complete one, with a truncated weights file.
     half_written = run / "checkpoint-12"
     half_written.mkdir(exist_ok=True)
     (half_written / "adapter_model.safetensors").write_bytes(b"\x00" * 7)
-    assert latest_complete_checkpoint(run).name in {"checkpoint-8", "checkpoint-4"}
+    assert latest_complete_checkpoint(run) == run / "checkpoint-8"
 
-    resumed = cli("sft", "--config", job)
+    resumed = cli("sft", "--config", job, env=os.environ | {"TENSORBOARD_LOGGING_DIR": str(resumed_log)})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from" in resumed.stderr
+    assert f"resuming from {run / 'checkpoint-8'}" in resumed.stderr
+    # Only the remaining steps ran: a fresh seeded start would also reach the reference weights.
+    assert tensorboard_steps(resumed_log) == list(range(9, TRAIN["max_steps"] + 1))
     final = load_file(run / "adapter_model.safetensors")
     assert final.keys() == reference.keys()
     for name in reference:

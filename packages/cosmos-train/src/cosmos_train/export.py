@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from transformers_cosmos3.checkpoint import atomic_directory
-
 from .config import ModelSection
-from .models import load_model
+
+# The safetensors names PEFT and transformers save under (their SAFETENSORS_WEIGHTS_NAME,
+# SAFE_WEIGHTS_NAME and SAFE_WEIGHTS_INDEX_NAME), spelled out so a refusal needs neither library.
+ADAPTER_WEIGHTS = ("adapter_model.safetensors",)
+MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 
 CARD = """---
 library_name: {library}
@@ -53,23 +55,27 @@ def export(
     checkpoint: str | Path, out: str | Path, merge_lora: bool = False, overwrite: bool = False
 ) -> Path:
     checkpoint, out = Path(checkpoint), Path(out)
-    adapter_config = checkpoint / "adapter_config.json"
-    if adapter_config.is_file():
+    # Every refusal comes before loading: a model load (and a merge) can take minutes.
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
+    is_adapter = _check_checkpoint(checkpoint)
+    if merge_lora and not is_adapter:
+        raise ValueError(f"{checkpoint} is a full model, not a LoRA adapter; drop --merge-lora")
+
+    from transformers_cosmos3.checkpoint import atomic_directory
+
+    if is_adapter:
         from peft import PeftModel
 
-        base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
+        base = json.loads((checkpoint / "adapter_config.json").read_text())["base_model_name_or_path"]
         loaded = load_model(ModelSection(name_or_path=base))
         model = PeftModel.from_pretrained(loaded.model, checkpoint)
         kind = "full" if merge_lora else "lora"
         if merge_lora:
             model = model.merge_and_unload()
-    elif (checkpoint / "config.json").is_file():
-        if merge_lora:
-            raise ValueError(f"{checkpoint} is a full model, not a LoRA adapter; drop --merge-lora")
+    else:
         loaded = load_model(ModelSection(name_or_path=str(checkpoint)))
         model, base, kind = loaded.model, str(checkpoint), "full"
-    else:
-        raise FileNotFoundError(f"{checkpoint} has neither adapter_config.json nor config.json")
     processing_class = _processing_class(checkpoint, loaded.processing_class)
 
     with atomic_directory(out, overwrite=overwrite) as scratch:
@@ -86,6 +92,29 @@ def export(
         )
         (scratch / "README.md").write_text(card)
     return out
+
+
+def _check_checkpoint(checkpoint: Path) -> bool:
+    """True for a LoRA adapter, False for a full model; raises if `checkpoint` holds neither with weights.
+
+    Only safetensors weights count: what the Trainer writes, and never unpickled.
+    """
+    if not checkpoint.is_dir():
+        raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
+    is_adapter = (checkpoint / "adapter_config.json").is_file()
+    if not is_adapter and not (checkpoint / "config.json").is_file():
+        raise FileNotFoundError(f"{checkpoint} has neither adapter_config.json nor config.json")
+    weights = ADAPTER_WEIGHTS if is_adapter else MODEL_WEIGHTS
+    if not any((checkpoint / name).is_file() for name in weights):
+        raise FileNotFoundError(f"{checkpoint} has no weights ({' or '.join(weights)})")
+    return is_adapter
+
+
+def load_model(section: ModelSection):
+    """`cosmos_train.models.load_model`, imported on first use: the refusals need no torch."""
+    from .models import load_model as load
+
+    return load(section)
 
 
 def _processing_class(checkpoint: Path, fallback):
