@@ -1,28 +1,20 @@
 """Cosmos3 for Hugging Face diffusers.
 
-`import diffusers_cosmos3` makes repos whose `model_index.json` names this package loadable with
-`DiffusionPipeline.from_pretrained`, and registers the `cosmos3-omni` AutoPipeline key where the
-installed diffusers lacks it. Upstream classes are re-exported, never replaced.
+A repo whose `model_index.json` names this package loads with `DiffusionPipeline.from_pretrained`:
+diffusers looks the classes up here, and upstream's are re-exported, never replaced. The
+`cosmos3-omni` AutoPipeline key is upstream's own (diffusers >= 0.39), so nothing is registered.
 
 Adds what upstream lacks: `load_pipeline` / `load_transformer` for every checkpoint layout, the
 `cosmos3-convert` converter (keeps action and sound weights), and LoRA key translation between
 framework and diffusers names.
+
+Importing the package is cheap (so `cosmos3-convert --help` is instant): diffusers and torch load
+when one of the names below that needs them is first used.
 """
 
-from diffusers import (
-    AutoencoderKLWan,
-    Cosmos3OmniPipeline,
-    Cosmos3OmniTransformer,
-    DiffusionPipeline,
-    ModelMixin,
-    SchedulerMixin,
-    UniPCMultistepScheduler,
-)
-from diffusers.pipelines import auto_pipeline
+import importlib
 
 from .convert import ConversionError, convert
-from .export import save_export
-from .loading import load_pipeline, load_transformer
 from .lora import (
     lora_to_diffusers,
     lora_to_framework,
@@ -32,23 +24,29 @@ from .lora import (
 
 __version__ = "0.1.0"
 
+# {name: module it is loaded from on first use}. ModelMixin, SchedulerMixin and DiffusionPipeline are
+# the loadable base classes diffusers checks a `["diffusers_cosmos3", "<Class>"]` entry against.
+_LAZY = {
+    "AutoencoderKLWan": "diffusers",
+    "Cosmos3OmniPipeline": "diffusers",
+    "Cosmos3OmniTransformer": "diffusers",
+    "DiffusionPipeline": "diffusers",
+    "ModelMixin": "diffusers",
+    "SchedulerMixin": "diffusers",
+    "UniPCMultistepScheduler": "diffusers",
+    "save_export": "diffusers_cosmos3.export",
+    "load_pipeline": "diffusers_cosmos3.loading",
+    "load_transformer": "diffusers_cosmos3.loading",
+}
 
-def register() -> list[str]:
-    """Register the AutoPipeline key where missing; returns what was registered."""
-    mapping = auto_pipeline.AUTO_CONDITION2VIDEO_PIPELINES_MAPPING  # where upstream files it
-    if "cosmos3-omni" in mapping:
-        return []
-    mapping["cosmos3-omni"] = Cosmos3OmniPipeline
-    return ["cosmos3-omni"]
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-REGISTERED = register()
-
-# A `model_index.json` entry ["diffusers_cosmos3", "<Class>"] makes diffusers look the class and its
-# loadable base classes up on this module; the names above (ModelMixin, SchedulerMixin,
-# DiffusionPipeline) are what it checks against.
 __all__ = [
-    "REGISTERED",
     "AutoencoderKLWan",
     "ConversionError",
     "Cosmos3OmniPipeline",
@@ -62,7 +60,6 @@ __all__ = [
     "load_transformer",
     "lora_to_diffusers",
     "lora_to_framework",
-    "register",
     "save_export",
     "target_modules_to_diffusers",
     "target_modules_to_framework",

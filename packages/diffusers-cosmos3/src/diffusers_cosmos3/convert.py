@@ -20,20 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import torch
 import typer
 
-from transformers_cosmos3.checkpoint import (
-    DIFFUSERS_WEIGHT_FOLDERS,
-    INDEX_SUFFIX,
-    atomic_directory,
-    checkpoint_tensor_files,
-    load_tensors,
-    save_sharded,
-)
 from transformers_cosmos3.layouts import Layout, canonical_names, is_vision_key, to_layout
 
-from .export import write_root_index
+# torch, diffusers and the checkpoint IO (which imports torch) are imported where they are used, so
+# `cosmos3-convert --help` and `import diffusers_cosmos3` stay fast.
 
 PIPELINE_FOLDER = "pipeline"
 
@@ -73,6 +65,8 @@ def _read_json(path: Path) -> dict:
 
 
 def open_checkpoint(folder: str | Path, prefer_ema: bool = True) -> SourceCheckpoint:
+    from transformers_cosmos3.checkpoint import checkpoint_tensor_files
+
     folder = Path(folder)
     if not folder.is_dir():
         raise ConversionError(f"{folder} is not a folder")
@@ -84,6 +78,7 @@ def open_checkpoint(folder: str | Path, prefer_ema: bool = True) -> SourceCheckp
 
 def expected_tensors(source: SourceCheckpoint) -> set[str]:
     """Canonical tensor names of the architecture the configs describe (built on the meta device)."""
+    import torch
     from diffusers import Cosmos3OmniTransformer
 
     with torch.device("meta"):
@@ -128,11 +123,15 @@ def _copy(item: Path, target: Path) -> None:
 
 
 def _is_weight_file(path: Path) -> bool:
+    from transformers_cosmos3.checkpoint import INDEX_SUFFIX
+
     return path.name.endswith((".safetensors", INDEX_SUFFIX))
 
 
 def _copy_metadata(source: SourceCheckpoint, scratch: Path, to: Layout) -> None:
     """Carry every non-weight file across, moving pipeline parts between root and `pipeline/`."""
+    from transformers_cosmos3.checkpoint import DIFFUSERS_WEIGHT_FOLDERS
+
     pipeline_target = scratch if to is Layout.DIFFUSERS else scratch / PIPELINE_FOLDER
     root_items = [p for p in source.folder.iterdir() if not _is_weight_file(p)]
     if source.layout is Layout.DIFFUSERS:
@@ -162,6 +161,10 @@ def convert(
     max_shard_bytes: int = 5 * 1024**3,
 ) -> Path:
     """Convert the checkpoint at `src` into layout `to` at `dst`; returns `dst`."""
+    from transformers_cosmos3.checkpoint import atomic_directory, load_tensors, save_sharded
+
+    from .export import write_root_index
+
     to = Layout(to)
     source = open_checkpoint(src, prefer_ema=prefer_ema)
     check_complete(source)

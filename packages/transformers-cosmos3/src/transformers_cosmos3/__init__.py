@@ -1,50 +1,33 @@
 """Cosmos3 for Hugging Face transformers.
 
-`import transformers_cosmos3` registers `cosmos3_omni` with the Auto classes only where the
-installed transformers lacks it (>= 5.11 has it natively, and the native classes stay).
 `Cosmos3ForConditionalGeneration.from_pretrained` loads the reasoner from any checkpoint layout.
+The model class is transformers' own `cosmos3_omni` (transformers >= 5.11 ships it), so nothing is
+registered. `import transformers_cosmos3` is cheap: torch and transformers load only when the model
+class is first used, so tools that need only the key table (`layouts`) stay fast.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForImageTextToText
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-from .layouts import Layout, canonical_names, detect_layout, from_layout, to_layout
+from .layouts import Layout, WeightNamesError, canonical_names, detect_layout, from_layout, to_layout
 
 __version__ = "0.1.0"
 
-
-def register() -> list[str]:
-    """Register the model types the installed transformers lacks; returns what was registered."""
-    if "cosmos3_omni" in CONFIG_MAPPING:
-        return []
-    from transformers import Qwen3VLForConditionalGeneration, Qwen3VLModel
-
-    from .configuration import Cosmos3OmniConfig
-
-    model = type("Cosmos3OmniModel", (Qwen3VLModel,), {"config_class": Cosmos3OmniConfig})
-    generation = type(
-        "Cosmos3OmniForConditionalGeneration",
-        (Qwen3VLForConditionalGeneration,),
-        {"config_class": Cosmos3OmniConfig},
-    )
-    AutoConfig.register("cosmos3_omni", Cosmos3OmniConfig)
-    AutoModel.register(Cosmos3OmniConfig, model)
-    AutoModelForImageTextToText.register(Cosmos3OmniConfig, generation)
-    return ["cosmos3_omni"]
+_FROM_MODELING = ("Cosmos3ForConditionalGeneration", "MissingWeightsError")
 
 
-REGISTERED = register()
+def __getattr__(name: str):
+    if name in _FROM_MODELING:
+        from . import modeling
 
-from .modeling import Cosmos3ForConditionalGeneration, MissingWeightsError  # noqa: E402
+        return getattr(modeling, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
-    "REGISTERED",
     "Cosmos3ForConditionalGeneration",
     "Layout",
     "MissingWeightsError",
+    "WeightNamesError",
     "canonical_names",
     "detect_layout",
     "from_layout",
-    "register",
     "to_layout",
 ]

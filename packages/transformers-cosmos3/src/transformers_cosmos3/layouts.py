@@ -5,8 +5,8 @@ the `Cosmos3OmniTransformer` state dict (reasoner and generator towers) plus the
 under its own flat roots (`blocks.*`, `merger.*`, ...). transformers-cosmos3, diffusers-cosmos3
 and vllm-cosmos3 all translate through this module, so a naming fix lands in one place.
 
-The table itself is plain Python (no torch). Importing it runs the package `__init__`, which imports
-transformers to register what is missing, so the vLLM plugin imports it only when vLLM loads a model.
+The table itself is plain Python (no torch), and so is the package `__init__` it runs: importing it
+loads neither torch nor transformers.
 
 | layout         | reasoner text                    | ViT                       | generator extras        |
 |----------------|----------------------------------|---------------------------|-------------------------|

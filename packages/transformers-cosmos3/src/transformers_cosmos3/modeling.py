@@ -13,14 +13,10 @@ import os
 
 import torch
 from transformers import AutoConfig
+from transformers import Cosmos3OmniForConditionalGeneration as _Reasoner
 
 from . import layouts
 from .checkpoint import checkpoint_tensor_files, load_tensors, resolve_folder
-
-try:  # transformers >= 5.11
-    from transformers import Cosmos3OmniForConditionalGeneration as _Reasoner
-except ImportError:  # older transformers: the architecture is Qwen3-VL's
-    from transformers import Qwen3VLForConditionalGeneration as _Reasoner
 
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
 
