@@ -54,7 +54,7 @@ def train(model_dir: Path, data: Path, folder: Path, packing: bool) -> dict:
             f"data.max_length={MAX_LENGTH}",
         ],
     )
-    trainer = run_sft(job.config, job.source)
+    trainer = run_sft(job)
     runtime = trainer.state.log_history[-1]["train_runtime"]
     tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
     rows = len(trainer.train_dataset)

@@ -66,19 +66,19 @@ def trainer_steps(model_dir: Path, folder: Path, steps: int, warmup: int) -> dic
     )
     job = read_job(job_path)
     timer = StepTimer(warmup)
-    run_sft(job.config, job.source, callbacks=[timer])
+    run_sft(job, callbacks=[timer])
     return {"step_s": (timer.end - timer.start) / timer.steps, "steps_timed": timer.steps}
 
 
 def bare_steps(model_dir: Path, steps: int, warmup: int) -> dict:
     from transformers import AutoProcessor
 
-    from cosmos_train.config import DataSection
     from cosmos_train.data import build_collator, load_conversations
     from cosmos_train.samples import shapes_dir
+    from cosmos_train.trainers.sft_config import ConversationData
     from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
-    data = DataSection(
+    data = ConversationData(
         format="llava", path=str(shapes_dir() / "llava.json"), media_dir=str(shapes_dir()), max_length=512
     )
     dataset, _ = load_conversations(data)

@@ -33,7 +33,6 @@ from cosmos_train import testing as tiny
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.jobs import read_job
 from cosmos_train.launch import ACCELERATE_CONFIG
-from cosmos_train.trainers.sft_config import build_sft_config
 from cosmos_train.trainers.sft_trainer import run_sft
 from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
@@ -398,7 +397,7 @@ def test_zero3_two_processes_saves_full_weights(tmp_path):
         ),
         text,
     )
-    trainer = run_sft(job.config, job.source)
+    trainer = run_sft(job)
     torch.testing.assert_close(
         torch.tensor(run.history("loss")), torch.tensor(losses(trainer)), rtol=1e-4, atol=1e-5
     )
@@ -422,11 +421,11 @@ def test_fsdp_backend_config(tmp_path, reasoner, monkeypatch):
 
     from cosmos_train.config import ConfigError
 
-    job = read_job(write_job(tmp_path, reasoner, lora=False, train=TRAIN), ["launch.backend=fsdp"])
+    job_path = write_job(tmp_path, reasoner, lora=False, train=TRAIN)
     with pytest.raises(ConfigError, match="needs GPUs"):  # refused here rather than silently run as DDP
-        build_sft_config(job.config, job.source)
-    monkeypatch.setattr("cosmos_train.trainers.sft_config.torch.cuda.is_available", lambda: True)
-    args = build_sft_config(job.config, job.source)
+        read_job(job_path, ["launch.backend=fsdp"])
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    args = read_job(job_path, ["launch.backend=fsdp"]).args
     expected = {
         "fsdp_version": 2,
         "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",

@@ -32,7 +32,7 @@ def _first_loss(folder, model, data, packing):
             "data.max_length=1024",
         ],
     )
-    trainer = run_sft(job.config, job.source)
+    trainer = run_sft(job)
     return losses(trainer)[0], trainer
 
 

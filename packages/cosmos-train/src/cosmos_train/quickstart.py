@@ -128,7 +128,7 @@ def run(output_dir: Path, log: Callable[[str], None] = print) -> dict[str, str]:
         )
     )
     job = read_job(job_path)
-    trainer = run_sft(job.config, job.source, job.text)
+    trainer = run_sft(job)
     history = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     step(
         f"loss {history[0]:.3f} -> {history[-1]:.3f} over {trainer.state.global_step} steps: "
