@@ -17,9 +17,9 @@ from cosmos_train.trainers.sft_trainer import run_sft
 from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
 
-def _train(folder, model, **kwargs):
-    job = read_job(write_job(folder, model, **kwargs))
-    return run_sft(job.config, job.source, job.text)
+def _train(folder, model, overrides=None, **kwargs):
+    job = read_job(write_job(folder, model, **kwargs), overrides)
+    return run_sft(job)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,10 @@ def reasoner(tmp_path_factory):
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory, reasoner):
     folder = tmp_path_factory.mktemp("lora-run")
-    return _train(folder, reasoner, train={"max_steps": 40, "learning_rate": 1e-2, "save_steps": 20})
+    # max_steps comes from an override, which the job record and the model card must show.
+    return _train(
+        folder, reasoner, ["train.max_steps=40"], train={"learning_rate": 1e-2, "save_steps": 20}
+    )
 
 
 def _inputs(model_dir):
@@ -63,7 +66,11 @@ def test_export_adapter_and_merged_reload_with_same_outputs(lora_run, reasoner, 
     result = cli("export", run_dir, adapter)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (adapter / "adapter_config.json").is_file() and (adapter / "README.md").is_file()
-    assert "cosmos-train" in (adapter / "README.md").read_text()
+    card = (adapter / "README.md").read_text()
+    assert "cosmos-train" in card
+    # The card shows the effective job: the --set override and absolute paths.
+    assert "max_steps = 40" in card and "max_steps = 12" not in card
+    assert f'path = "{SHAPES / "llava.json"}"' in card
     reloaded = PeftModel.from_pretrained(
         Cosmos3ForConditionalGeneration.from_pretrained(reasoner), adapter
     ).eval()
@@ -105,7 +112,7 @@ def test_full_finetune_with_frozen_vision_tower(tmp_path, reasoner):
         tmp_path / "frozen", reasoner, lora=False, train={"max_steps": 3, "save_strategy": "no"}
     )
     job = read_job(job_path, ["model.freeze=['vision']"])
-    frozen = run_sft(job.config, job.source).model.state_dict()
+    frozen = run_sft(job).model.state_dict()
     visual = [k for k in before if ".visual." in k]
     language = [k for k in before if "language_model.layers" in k]
     assert visual and all(torch.equal(frozen[k], before[k]) for k in visual)
@@ -154,7 +161,7 @@ def test_text_lm_sft(tmp_path):
         tmp_path, model, train={"max_steps": 20, "learning_rate": 1e-2, "save_strategy": "no"}
     )
     job = read_job(job_path, [f'data.path="{tmp_path / "text.jsonl"}"', 'data.format="jsonl"'])
-    trainer = run_sft(job.config, job.source)
+    trainer = run_sft(job)
     history = losses(trainer)
     assert sum(history[-3:]) / 3 < 0.7 * sum(history[:3]) / 3
     assert isinstance(AutoModelForCausalLM.from_pretrained(trainer.args.output_dir), torch.nn.Module)
