@@ -7,9 +7,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from diffusers_cosmos3 import ConversionError, convert
+from diffusers_cosmos3 import convert
 from diffusers_cosmos3.convert import open_checkpoint
 from transformers_cosmos3.checkpoint import load_tensors
+from transformers_cosmos3.layouts import WeightNamesError
 
 
 def _tensors(folder):
@@ -74,7 +75,7 @@ def test_refuses_unmapped_keys_and_writes_nothing(tiny_layouts, tmp_path):
     bad = _with_extra_tensor(tiny_layouts, tmp_path)
     out_root = tmp_path / "outputs"
     out_root.mkdir()
-    with pytest.raises(ConversionError, match=r"rotary_gate.*unrelated_head|unrelated_head.*rotary_gate"):
+    with pytest.raises(WeightNamesError, match=r"rotary_gate.*unrelated_head|unrelated_head.*rotary_gate"):
         convert(bad, out_root / "converted", to="diffusers")
     assert list(out_root.iterdir()) == []
 
@@ -87,7 +88,7 @@ def test_refuses_missing_weights(tiny_layouts, tmp_path):
     tensors = load_file(folder / "model.safetensors")
     del tensors["layers.1.self_attn.add_k_proj.weight"]
     save_file(tensors, folder / "model.safetensors")
-    with pytest.raises(ConversionError, match=r"layers\.1\.self_attn\.add_k_proj\.weight"):
+    with pytest.raises(WeightNamesError, match=r"layers\.1\.self_attn\.add_k_proj\.weight"):
         convert(folder, tmp_path / "out", to="framework")
     assert not (tmp_path / "out").exists()
 

@@ -93,15 +93,27 @@ def test_native_cannot_read_the_framework_layout(vllm_state, checkpoints):
         vllm_state(checkpoints["framework"], hf_overrides={"architectures": [NATIVE_ARCH]})
 
 
-def test_unknown_reasoner_weight_is_an_error(vllm_state, checkpoints, tmp_path):
-    # Only generator weights are dropped: a stray tensor still fails the load instead of vanishing.
+@pytest.mark.parametrize("change", ["stray", "missing"])
+def test_unknown_or_missing_reasoner_weight_is_the_shared_error(vllm_state, checkpoints, tmp_path, change):
+    # Only generator weights are dropped: a stray or a missing reasoner tensor fails the load with the
+    # same check (and error) as the transformers and diffusers loaders, before any tensor is read.
     import shutil
 
     from safetensors.torch import load_file, save_file
 
-    folder = shutil.copytree(checkpoints["transformers"], tmp_path / "stray")
+    from transformers_cosmos3.layouts import WeightNamesError
+
+    folder = shutil.copytree(checkpoints["transformers"], tmp_path / change)
     tensors = load_file(folder / "model.safetensors")
-    tensors["model.language_model.layers.0.self_attn.extra_proj.weight"] = torch.zeros(4, 4)
+    name = "model.language_model.layers.0.self_attn."
+    if change == "stray":
+        tensors[name + "extra_proj.weight"] = torch.zeros(4, 4)
+    else:
+        del tensors[name + "k_proj.weight"]
     save_file(tensors, folder / "model.safetensors")
-    with pytest.raises((ValueError, KeyError), match="extra_proj"):
+    with pytest.raises(WeightNamesError) as raised:
         vllm_state(folder, hf_overrides={"architectures": [ANY_LAYOUT_ARCH]})
+    if change == "stray":
+        assert (raised.value.unknown, raised.value.missing) == ([name + "extra_proj.weight"], [])
+    else:
+        assert (raised.value.unknown, raised.value.missing) == ([], [name + "k_proj.weight"])

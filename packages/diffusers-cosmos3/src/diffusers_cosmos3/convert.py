@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from transformers_cosmos3.layouts import Layout, canonical_names, is_vision_key, to_layout
+from transformers_cosmos3.layouts import Layout, canonical_names, check_names, is_vision_key, to_layout
 
 # torch, diffusers and the checkpoint IO (which imports torch) are imported where they are used, so
 # `cosmos3-convert --help` and `import diffusers_cosmos3` stay fast.
@@ -94,24 +94,8 @@ def expected_tensors(source: SourceCheckpoint) -> set[str]:
 
 
 def check_complete(source: SourceCheckpoint) -> None:
-    """Refuse a checkpoint with tensors the architecture lacks, or without tensors it needs."""
-    expected = expected_tensors(source)
-    unmapped = sorted(stored for stored, name in source.canonical.items() if name not in expected)
-    if unmapped:
-        raise ConversionError(
-            f"{len(unmapped)} tensor(s) in {source.folder} map to no Cosmos3 weight: {unmapped}"
-        )
-    missing = sorted(expected - set(source.canonical.values()))
-    if missing:
-        raise ConversionError(
-            f"{source.folder} lacks {len(missing)} tensor(s) the architecture needs: {missing}"
-        )
-    counts: dict[str, list[str]] = {}
-    for stored, name in source.canonical.items():
-        counts.setdefault(name, []).append(stored)
-    clashes = {name: stored for name, stored in counts.items() if len(stored) > 1}
-    if clashes:
-        raise ConversionError(f"several tensors map to the same weight: {clashes}")
+    """Refuse a checkpoint with tensors the architecture lacks, without ones it needs, or doubled ones."""
+    check_names(source.canonical, expected_tensors(source), source.folder)
 
 
 def _copy(item: Path, target: Path) -> None:

@@ -14,7 +14,7 @@ from accelerate import init_empty_weights
 from diffusers import Cosmos3OmniTransformer, DiffusionPipeline
 
 from transformers_cosmos3.checkpoint import checkpoint_tensor_files, load_tensors, resolve_folder
-from transformers_cosmos3.layouts import Layout, canonical_names, is_vision_key
+from transformers_cosmos3.layouts import Layout, canonical_names, check_names, is_vision_key
 
 from .convert import PIPELINE_FOLDER, ConversionError
 
@@ -36,13 +36,7 @@ def load_transformer(
     names = {stored: name for stored, name in canonical.items() if not is_vision_key(name)}
     with init_empty_weights():  # parameters on meta; buffers (rotary frequencies) are computed
         transformer = Cosmos3OmniTransformer.from_config(Cosmos3OmniTransformer.load_config(config_dir))
-    expected = set(transformer.state_dict())
-    unknown = sorted(stored for stored, name in names.items() if name not in expected)
-    missing = sorted(expected - set(names.values()))
-    if unknown or missing:
-        raise ConversionError(
-            f"{folder}: tensors that map to no transformer weight {unknown}; missing {missing}"
-        )
+    check_names(names, transformer.state_dict(), folder)
     transformer.load_state_dict(load_tensors(files, names), strict=True, assign=True)
     if dtype is not None:
         transformer.to(dtype)

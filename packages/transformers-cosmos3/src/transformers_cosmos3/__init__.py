@@ -6,7 +6,7 @@ registered. `import transformers_cosmos3` is cheap: torch and transformers load 
 class is first used, so tools that need only the key table (`layouts`) stay fast.
 """
 
-from .layouts import Layout, canonical_names, detect_layout, from_layout, to_layout
+from .layouts import Layout, WeightNamesError, canonical_names, detect_layout, from_layout, to_layout
 
 __version__ = "0.1.0"
 
@@ -25,6 +25,7 @@ __all__ = [
     "Cosmos3ForConditionalGeneration",
     "Layout",
     "MissingWeightsError",
+    "WeightNamesError",
     "canonical_names",
     "detect_layout",
     "from_layout",

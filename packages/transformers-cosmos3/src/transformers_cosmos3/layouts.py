@@ -22,7 +22,7 @@ transformers ignores exactly those names when it loads the reasoner, so nothing 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 
@@ -188,3 +188,44 @@ def canonical_names(
         _, stripped = split_framework_keys(keys, prefer_ema)
         return {stored: from_layout(short, layout) for stored, short in stripped.items()}
     return {key: from_layout(key, layout) for key in keys}
+
+
+class WeightNamesError(ValueError):
+    """A checkpoint's tensors do not match a model's weights one to one.
+
+    Raised by every Cosmos3 loader and the converter (through `check_names`), so the message always
+    has one shape: the stored names that map to no weight, the weights no tensor provides, and the
+    weights that several tensors claim.
+    """
+
+    def __init__(
+        self, source: str, unknown=(), missing=(), duplicated: Mapping[str, list[str]] | None = None
+    ):
+        self.unknown = sorted(unknown)
+        self.missing = sorted(missing)
+        self.duplicated = dict(sorted((duplicated or {}).items()))
+        problems = []
+        if self.unknown:
+            problems.append(f"{len(self.unknown)} tensor(s) that map to no weight: {self.unknown}")
+        if self.missing:
+            problems.append(f"{len(self.missing)} weight(s) that no tensor provides: {self.missing}")
+        if self.duplicated:
+            problems.append(f"weights that several tensors map to: {self.duplicated}")
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+def check_names(names: Mapping[str, str], expected: Iterable[str], source: object = "checkpoint") -> None:
+    """Raise `WeightNamesError` unless `names` ({stored name: model weight name}) covers `expected` one to one.
+
+    Names the caller leaves out of `names` on purpose (generator weights for the reasoner, the other
+    copy of a framework checkpoint) are not checked.
+    """
+    expected = set(expected)
+    unknown = [stored for stored, name in names.items() if name not in expected]
+    missing = expected - set(names.values())
+    claims: dict[str, list[str]] = {}
+    for stored, name in names.items():
+        claims.setdefault(name, []).append(stored)
+    duplicated = {name: sorted(stored) for name, stored in claims.items() if len(stored) > 1}
+    if unknown or missing or duplicated:
+        raise WeightNamesError(str(source), unknown, missing, duplicated)

@@ -21,26 +21,35 @@ from .checkpoint import checkpoint_tensor_files, load_tensors, resolve_folder
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
 
 
-class MissingWeightsError(ValueError):
-    """A checkpoint does not provide every reasoner weight, or holds ones the reasoner lacks."""
+# The error every Cosmos3 loader raises for unknown, missing or doubled tensors (`layouts.check_names`);
+# the old name stays importable.
+MissingWeightsError = layouts.WeightNamesError
+
+
+def reasoner_weight_names(config) -> set[str]:
+    """The transformers names of the reasoner weights a checkpoint must provide for `config`."""
+    with torch.device("meta"):
+        names = set(_Reasoner(config).state_dict())
+    text_config = getattr(config, "text_config", config)
+    if getattr(config, "tie_word_embeddings", False) or getattr(text_config, "tie_word_embeddings", False):
+        names.discard("lm_head.weight")  # tied to the embedding: not stored
+    return names
 
 
 def reasoner_state_dict_names(
-    stored_names, model_names: set[str], layout: layouts.Layout, prefer_ema: bool = True
+    stored_names, model_names: set[str], layout: layouts.Layout, prefer_ema: bool = True, source="checkpoint"
 ) -> dict[str, str]:
-    """{stored name: transformers name} for the reasoner's tensors; raise on unknown or missing ones."""
+    """{stored name: transformers name} for the reasoner's tensors; raise on unknown or missing ones.
+
+    Generator-tower tensors are left out on purpose (the reasoner does not use them).
+    """
     canonical = layouts.canonical_names(stored_names, layout, prefer_ema=prefer_ema)
     wanted = {
         stored: layouts.to_layout(name, layouts.Layout.TRANSFORMERS)
         for stored, name in canonical.items()
         if not layouts.is_generator_key(name)
     }
-    unknown = sorted(stored for stored, name in wanted.items() if name not in model_names)
-    if unknown:
-        raise MissingWeightsError(f"checkpoint tensors that are not Cosmos3 reasoner weights: {unknown}")
-    missing = sorted(model_names - set(wanted.values()))
-    if missing:
-        raise MissingWeightsError(f"checkpoint lacks reasoner weights: {missing}")
+    layouts.check_names(wanted, model_names, source)
     return wanted
 
 
@@ -66,14 +75,9 @@ class Cosmos3ForConditionalGeneration(_Reasoner):
                 )
             config = AutoConfig.from_pretrained(folder)
         layout, files = checkpoint_tensor_files(folder)
-        with torch.device("meta"):
-            model_names = set(_Reasoner(config).state_dict())
-        text_config = getattr(config, "text_config", config)
-        if getattr(config, "tie_word_embeddings", False) or getattr(
-            text_config, "tie_word_embeddings", False
-        ):
-            model_names.discard("lm_head.weight")
-        names = reasoner_state_dict_names(files, model_names, layout, prefer_ema=prefer_ema)
+        names = reasoner_state_dict_names(
+            files, reasoner_weight_names(config), layout, prefer_ema=prefer_ema, source=folder
+        )
         state_dict = load_tensors(files, names)
         for key in HUB_KWARGS:
             kwargs.pop(key, None)

@@ -15,6 +15,7 @@ from vllm.model_executor.models.cosmos3 import Cosmos3ForConditionalGeneration
 
 from transformers_cosmos3 import layouts
 from transformers_cosmos3.checkpoint import checkpoint_tensor_files, resolve_folder
+from transformers_cosmos3.modeling import reasoner_state_dict_names, reasoner_weight_names
 
 
 def vllm_names(stored_names: Iterable[str], layout: layouts.Layout | None = None, prefer_ema: bool = True):
@@ -50,8 +51,15 @@ class Cosmos3AnyLayoutForConditionalGeneration(Cosmos3ForConditionalGeneration):
         self._prefer_ema = bool(getattr(self.config, "cosmos3_prefer_ema", True))
 
     def checkpoint_names(self) -> dict[str, str | None]:
-        """vllm_names() of the checkpoint this model was created for (reads names only, no tensors)."""
-        layout, files = checkpoint_tensor_files(resolve_folder(self._checkpoint, **self._hub_kwargs))
+        """vllm_names() of the checkpoint this model was created for (reads names only, no tensors).
+
+        Checked first with the same name check as the transformers and diffusers loaders: an unknown
+        or missing reasoner tensor is a `WeightNamesError` naming it, before any tensor is read.
+        """
+        folder = resolve_folder(self._checkpoint, **self._hub_kwargs)
+        layout, files = checkpoint_tensor_files(folder)
+        expected = reasoner_weight_names(self.config)
+        reasoner_state_dict_names(files, expected, layout, prefer_ema=self._prefer_ema, source=folder)
         return vllm_names(files, layout, prefer_ema=self._prefer_ema)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
