@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
+from huggingface_hub import get_torch_storage_id, save_torch_state_dict
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from .layouts import Layout, detect_layout
 
@@ -86,40 +86,27 @@ def save_sharded(
     folder: Path,
     base_name: str = "model",
     max_shard_bytes: int = 5 * 1024**3,
-) -> dict[str, str]:
-    """Write tensors as `base_name.safetensors`, or shards plus an index when they do not fit one.
+) -> None:
+    """Write tensors as `base_name.safetensors`, or `base_name-0000i-of-0000n.safetensors` shards plus
+    `base_name.safetensors.index.json` when they do not fit one file (huggingface_hub's writer).
 
-    Returns the weight map {tensor name: file name relative to `folder`}.
+    Every name is written: tensors sharing memory are refused rather than deduplicated (the hub
+    writer would keep one name of a tied pair, and the checkpoint would then lack the other).
     """
+    storages: dict[tuple, str] = {}
+    for name, tensor in tensors.items():
+        storage = get_torch_storage_id(tensor)
+        other = storages.setdefault(storage, name) if storage is not None else name
+        if other != name:
+            raise ValueError(f"tensors {other} and {name} share memory; pass independent copies")
     folder.mkdir(parents=True, exist_ok=True)
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for name in sorted(tensors):
-        tensor = tensors[name].contiguous()
-        nbytes = tensor.numel() * tensor.element_size()
-        if shards[-1] and size + nbytes > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][name] = tensor
-        size += nbytes
-    weight_map = {}
-    for number, shard in enumerate(shards, start=1):
-        file_name = (
-            f"{base_name}.safetensors"
-            if len(shards) == 1
-            else f"{base_name}-{number:05d}-of-{len(shards):05d}.safetensors"
-        )
-        save_file(shard, str(folder / file_name), metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(shard, file_name))
-    if len(shards) > 1:
-        write_index(folder / f"{base_name}{INDEX_SUFFIX}", weight_map, tensors)
-    return weight_map
-
-
-def write_index(path: Path, weight_map: Mapping[str, str], tensors: Mapping[str, torch.Tensor]) -> None:
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    path.write_text(json.dumps(index, indent=2) + "\n")
+    # Sorted, so the same tensors always land in the same shards.
+    save_torch_state_dict(
+        dict(sorted(tensors.items())),
+        folder,
+        filename_pattern=base_name + "{suffix}.safetensors",
+        max_shard_size=max_shard_bytes,
+    )
 
 
 @contextlib.contextmanager
@@ -135,12 +122,21 @@ def atomic_directory(destination: Path, overwrite: bool = False) -> Iterator[Pat
     scratch = Path(tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent))
     try:
         yield scratch
-    except BaseException:
+        if destination.exists():
+            # Moved aside, not deleted, until the new folder is in place: a failure here keeps it.
+            previous = Path(tempfile.mkdtemp(prefix=f".{destination.name}.previous-", dir=destination.parent))
+            os.replace(destination, previous / destination.name)
+            try:
+                os.replace(scratch, destination)
+            except BaseException:
+                os.replace(previous / destination.name, destination)
+                previous.rmdir()
+                raise
+            shutil.rmtree(previous, ignore_errors=True)
+        else:
+            os.replace(scratch, destination)
+    finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        raise
-    if destination.exists():
-        shutil.rmtree(destination)
-    os.replace(scratch, destination)
 
 
 # Subfolders of a diffusers-layout repo that hold model weights (the rest are pipeline parts).
