@@ -50,15 +50,6 @@ def test_framework_output_keeps_action_heads_under_framework_names(tiny_layouts,
     assert "net.vae2llm.weight" in keys and "net.time_embedder.mlp.0.weight" in keys
 
 
-def test_converts_raw_framework_checkpoint_choosing_ema(tiny_layouts, tmp_path):
-    out = convert(tiny_layouts["framework"], tmp_path / "d", to="diffusers")
-    reference = _tensors(tiny_layouts["diffusers"])
-    converted = _tensors(out)
-    assert all(torch.equal(reference[k], converted[k]) for k in reference)
-    regular = convert(tiny_layouts["framework"], tmp_path / "r", to="diffusers", prefer_ema=False)
-    assert not torch.equal(_tensors(regular)["proj_in.weight"], reference["proj_in.weight"])
-
-
 def _with_extra_tensor(tiny_layouts, tmp_path):
     import shutil
 
