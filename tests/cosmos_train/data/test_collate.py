@@ -1,4 +1,4 @@
-"""Collation through the real processors: media tokens match the grids, labels cover exactly the assistant turns."""
+"""VLM collation through the real processors: media tokens match the grids, labels cover exactly the assistant turns."""
 
 import json
 import math
@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from cosmos_train.config import DataSection
 from cosmos_train.data import DataError, build_collator, load_conversations
+from cosmos_train.trainers.sft_config import ConversationData
 
 
 def write_jsonl(path, records):
@@ -43,13 +43,13 @@ def mixed(shapes_dir, tmp_path_factory):
             {"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]},
         ],
     )
-    data = DataSection(format="jsonl", path=str(path), media_dir=str(shapes_dir))
+    data = ConversationData(format="jsonl", path=str(path), media_dir=str(shapes_dir))
     rows, _ = load_conversations(data)
-    videos, _ = load_conversations(DataSection(format="jsonl", path=str(shapes_dir / "chat.jsonl")))
+    videos, _ = load_conversations(ConversationData(format="jsonl", path=str(shapes_dir / "chat.jsonl")))
     return data, [rows[i] for i in range(len(rows))] + [videos[24], videos[25]]
 
 
-def assistant_spans(input_ids, tokenizer, trailing_newline=False):
+def assistant_spans(input_ids, tokenizer):
     """Expected loss mask, computed from the tokens: after each `<|im_start|>assistant\\n` up to its `<|im_end|>`."""
     ids = input_ids.tolist()
     start = [tokenizer.convert_tokens_to_ids("<|im_start|>"), *tokenizer.encode("assistant\n")]
@@ -61,7 +61,7 @@ def assistant_spans(input_ids, tokenizer, trailing_newline=False):
             j = i + len(start)
             while ids[j] != end:
                 j += 1
-            j += 2 if trailing_newline else 1
+            j += 1
             mask[i + len(start) : j] = True
             i = j
         else:
@@ -69,11 +69,11 @@ def assistant_spans(input_ids, tokenizer, trailing_newline=False):
     return mask
 
 
-def check_labels(batch, tokenizer, answers, trailing_newline=False):
-    eot = "<|im_end|>" + ("\n" if trailing_newline else "")
+def check_labels(batch, tokenizer, answers):
+    eot = "<|im_end|>"
     for row, expected in enumerate(answers):
         ids, labels = batch["input_ids"][row], batch["labels"][row]
-        mask = assistant_spans(ids, tokenizer, trailing_newline)
+        mask = assistant_spans(ids, tokenizer)
         assert torch.equal(labels != -100, mask & batch["attention_mask"][row].bool())
         assert torch.equal(labels[mask], ids[mask])
         assert tokenizer.decode(labels[mask]) == "".join(answer + eot for answer in expected)
@@ -157,7 +157,7 @@ def qwen25_processor(tokenizer):
     )
 
 
-def test_qwen25_vl_uses_trls_training_template(mixed, tokenizer, qwen25_processor):
+def test_qwen25_vl_stock_template_masks_turn_by_turn(mixed, tokenizer, qwen25_processor):
     data, rows = mixed
     batch = build_collator(qwen25_processor, data, 4096)(rows[:3] + rows[3:4])
     assert batch["image_grid_thw"].tolist() == [[1, 4, 4], [1, 4, 4]]
@@ -167,29 +167,8 @@ def test_qwen25_vl_uses_trls_training_template(mixed, tokenizer, qwen25_processo
     assert batch["second_per_grid_ts"].tolist() == [1.0]
     text = tokenizer.decode(batch["input_ids"][0])
     assert text.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n")
-    # The training variant's generation span ends with the newline after <|im_end|>.
-    check_labels(batch, tokenizer, [["red"], ["circle", "blue"], ["hi"], ["red"]], trailing_newline=True)
-
-
-def test_text_only_tokenizer(mixed, tokenizer):
-    data, rows = mixed
-    collate = build_collator(tokenizer, data, None)
-    batch = collate([rows[2], rows[2]])
-    assert set(batch) == {"input_ids", "attention_mask", "labels"}
-    assert (
-        tokenizer.decode(batch["input_ids"][0])
-        == "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\nhi<|im_end|>\n"
-    )
-    check_labels(batch, tokenizer, [["hi"], ["hi"]])
-    with pytest.raises(
-        DataError, match=r"^.*mixed.jsonl:1: has images or videos but the model is text-only$"
-    ):
-        collate([rows[2], rows[0]])
-
-    packed = build_collator(tokenizer, data.model_copy(update={"packing": True}), None)([rows[2], rows[2]])
-    length = batch["input_ids"].shape[1]
-    assert packed["input_ids"].shape == (1, 2 * length) and "attention_mask" not in packed
-    assert packed["position_ids"][0].tolist() == list(range(length)) * 2
+    # No markers: the spans come from rendering turn by turn, and end with <|im_end|> (not the newline after it).
+    check_labels(batch, tokenizer, [["red"], ["circle", "blue"], ["hi"], ["red"]])
 
 
 def test_truncation_never_cuts_media_tokens(mixed, tokenizer, cosmos_processor):
@@ -208,24 +187,13 @@ def test_truncation_never_cuts_media_tokens(mixed, tokenizer, cosmos_processor):
         f"{rows[0]['source']}: {length} tokens exceed max_length={first_pad + 1} and truncating would cut media tokens"
     )
 
-    text_cut = build_collator(tokenizer, data, 10)([rows[2]])
-    assert text_cut["input_ids"].shape == (1, 10)
 
-
-def test_template_without_generation_markers_unknown_to_trl_is_rejected(mixed):
-    from transformers_cosmos3 import testing as tiny
-
-    data, _ = mixed
-    tokenizer = tiny.build_tokenizer()
-    tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    with pytest.raises(DataError, match=r"no \{% generation %\} markers and TRL knows no training variant"):
-        build_collator(tokenizer, data, None)
-
-
-def test_packing_is_text_only(mixed, cosmos_processor):
+def test_packing_is_text_only(mixed, cosmos_processor, tokenizer):
     data, _ = mixed
     with pytest.raises(DataError, match="packing"):
         build_collator(cosmos_processor, data.model_copy(update={"packing": True}), None)
+    with pytest.raises(TypeError, match="tokenize_conversations"):  # text LMs are tokenized up front
+        build_collator(tokenizer, data, None)
 
 
 def test_frame_count_follows_data_fps(mixed, cosmos_processor):
@@ -233,25 +201,3 @@ def test_frame_count_follows_data_fps(mixed, cosmos_processor):
     for fps, frames in ((1, 2), (4, 8)):  # clip.mp4 is 2 s long
         batch = build_collator(cosmos_processor, data.model_copy(update={"fps": fps}), None)(rows[3:4])
         assert batch["video_grid_thw"][0, 0].item() == math.ceil(frames / 2)
-
-
-def test_a_generation_span_without_the_end_of_turn_token_is_flagged(mixed, caplog):
-    import logging
-
-    from transformers_cosmos3 import testing as tiny
-
-    data, rows = mixed
-    tokenizer = tiny.build_tokenizer()
-    closing = "{{- '<|im_end|>' -}}{%- endgeneration -%}"
-    assert closing in tiny.CHAT_TEMPLATE
-    tokenizer.chat_template = tiny.CHAT_TEMPLATE.replace(closing, "{%- endgeneration -%}{{- '<|im_end|>' -}}")
-    with caplog.at_level(logging.WARNING, logger="cosmos_train.data"):
-        batch = build_collator(tokenizer, data, None)([rows[2]])
-    assert [r.getMessage() for r in caplog.records] == [
-        "the chat template's {% generation %} span leaves out the end-of-turn token <|im_end|>"
-    ]
-    assert tokenizer.decode(batch["labels"][0][batch["labels"][0] != -100]) == "hi"
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="cosmos_train.data"):
-        build_collator(tiny.build_tokenizer(), data, None)
-    assert not caplog.records

@@ -1,7 +1,9 @@
-"""Conversation data for SFT: load and validate LLaVA / JSONL / `datasets` data, and collate it for TRL.
+"""Conversation data for SFT: load and validate LLaVA / JSONL / `datasets` data, and prepare it for TRL.
 
-`dataset, report = load_conversations(job.data)`, then `build_collator(processing_class, job.data, max_length)`
-as the trainer's `data_collator`.
+`dataset, report = load_conversations(job.data)`; then for a VLM `build_collator(processor, job.data,
+max_length)` as the trainer's `data_collator`, for a text LM `tokenize_conversations(dataset, tokenizer,
+job.data)` as its (pre-tokenized) `train_dataset`. Both check the chat template once and limit the loss
+to the assistant turns (`[data] train_on = "assistant"`) as `templates.py` describes.
 """
 
 from cosmos_train.data.loading import DataError, DataReport, load_conversations, to_text_messages
@@ -16,13 +18,18 @@ __all__ = [
     "load_video",
     "sample_frame_indices",
     "to_text_messages",
+    "tokenize_conversations",
 ]
 
 
 def __getattr__(name: str):
-    # The collator needs TRL, whose import takes seconds; loading and validating data does not.
+    # These need TRL, whose import takes seconds; loading and validating data does not.
     if name == "build_collator":
         from cosmos_train.data.collate import build_collator
 
         return build_collator
+    if name == "tokenize_conversations":
+        from cosmos_train.data.text import tokenize_conversations
+
+        return tokenize_conversations
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

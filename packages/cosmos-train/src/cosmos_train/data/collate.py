@@ -1,24 +1,31 @@
-"""Batch collation on TRL's collators: lazy media decoding, assistant-only labels, media-safe truncation.
+"""VLM batches on TRL's vision-language collator: lazy media decoding, assistant-only labels, media-safe truncation.
 
-Labels come from the chat template's `{% generation %}` markers (`return_assistant_tokens_mask=True`), so the
-loss covers exactly the assistant turns including their end-of-turn token. A template without markers is
-swapped for TRL's training variant (`get_training_chat_template`).
+Labels cover the assistant turns as `templates.loss_plan` decides once, when the collator is built: from
+the template's `{% generation %}` markers, or for a template without them from turn-by-turn rendering,
+mapped to tokens after media-token expansion. With `[data] train_on = "all"` every non-pad token is a
+target. Text LMs do not come here: `text.tokenize_conversations` tokenizes them for TRL.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from trl.chat_template_utils import get_training_chat_template, has_generation_markers
-from trl.trainer.sft_trainer import DataCollatorForLanguageModeling, DataCollatorForVisionLanguageModeling
+from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
-from cosmos_train.data.loading import MEDIA, DataError, to_text_messages
+from cosmos_train.data.loading import MEDIA, DataError
 from cosmos_train.data.media import VideoClip, load_image, load_video
-
-logger = logging.getLogger("cosmos_train.data")
+from cosmos_train.data.templates import (
+    RENDER_FAILURES,
+    LossPlan,
+    assistant_spans,
+    loss_plan,
+    renderer,
+    token_mask,
+    trim_trailing_whitespace,
+    why_unusable,
+)
 
 # Per-token tensors that truncation must cut together.
 _SEQUENCE_KEYS = (
@@ -32,86 +39,35 @@ _SEQUENCE_KEYS = (
 )
 
 
-def build_collator(processing_class, data, max_length: int | None):
-    """The `data_collator` for HF Trainer: `collate(examples) -> dict[str, torch.Tensor]`.
+def build_collator(processor, data, max_length: int | None) -> VisionLanguageCollator:
+    """The `data_collator` for a VLM: `collate(examples) -> dict[str, torch.Tensor]`.
 
-    `processing_class` is a multimodal processor (Qwen2.5-VL / Qwen3-VL / Cosmos3) or a tokenizer (text-only
-    model). Examples are rows of `load_conversations`. Sequences longer than `max_length` are cut unless the
-    cut would drop media tokens, which is a `DataError` naming the sample.
+    `processor` is a multimodal processor (Qwen2.5-VL / Qwen3-VL / Cosmos3); examples are rows of
+    `load_conversations`. The chat template is checked here, once (`loss_plan`). Sequences longer than
+    `max_length` are cut unless the cut would drop media tokens, which is a `DataError` naming the sample.
     """
-    from transformers import PreTrainedTokenizerBase, ProcessorMixin
+    from transformers import ProcessorMixin
 
-    template = _training_template(processing_class)
-    if isinstance(processing_class, ProcessorMixin):
-        if data.packing:
-            raise DataError("data.packing: padding-free packing is only supported for text-only models")
-        video_processor = getattr(processing_class, "video_processor", None)
-        return VisionLanguageCollator(
-            processor=_VideoAwareProcessor(processing_class),
-            assistant_only_loss=True,
-            chat_template=template,
-            truncate_to=max_length,
-            fps=data.fps,
-            max_frames=data.max_frames,
-            # The Qwen-VL video processors reject clips shorter than one temporal patch.
-            min_frames=getattr(video_processor, "temporal_patch_size", None) or 1,
-            media_token_ids=_media_token_ids(processing_class),
+    if not isinstance(processor, ProcessorMixin):
+        raise TypeError(
+            f"expected a multimodal processor, got {type(processor).__name__} "
+            "(text LMs are tokenized by cosmos_train.data.tokenize_conversations)"
         )
-    if isinstance(processing_class, PreTrainedTokenizerBase):
-        pad_token_id = processing_class.pad_token_id
-        if pad_token_id is None:
-            pad_token_id = processing_class.eos_token_id
-        return TextCollator(
-            pad_token_id=pad_token_id,
-            padding_free=data.packing,
-            tokenizer=processing_class,
-            chat_template=template,
-            truncate_to=max_length,
-        )
-    raise TypeError(f"expected a processor or a tokenizer, got {type(processing_class).__name__}")
-
-
-def _training_template(processing_class) -> str:
-    """The template to render with: the model's own if it has generation markers, else TRL's training variant."""
-    tokenizer = getattr(processing_class, "tokenizer", processing_class)
-    owner, template = processing_class, processing_class.chat_template
-    if not template and tokenizer is not processing_class:
-        owner, template = tokenizer, tokenizer.chat_template
-    if isinstance(template, dict):
-        template = template.get("default")
-    if not template:
-        raise DataError(f"{type(processing_class).__name__} has no chat template")
-    if not has_generation_markers(template):
-        try:
-            template = get_training_chat_template(owner) or template
-        except ValueError:
-            raise DataError(
-                "the chat template has no {% generation %} markers and TRL knows no training variant of it; "
-                "add the markers around assistant turns so the loss can be limited to them"
-            ) from None
-        logger.info("using TRL's training variant of the chat template (adds {%% generation %%} markers)")
-    _check_loss_span(tokenizer, template, typed=tokenizer is not processing_class)
-    return template
-
-
-def _check_loss_span(tokenizer, template: str, typed: bool) -> None:
-    """Render a probe turn: the generation span must mark tokens, and should end with the end-of-turn token."""
-    content = (lambda text: [{"type": "text", "text": text}]) if typed else (lambda text: text)
-    probe = [{"role": "user", "content": content("hi")}, {"role": "assistant", "content": content("ok")}]
-    encoded = tokenizer.apply_chat_template(
-        probe, chat_template=template, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    if data.packing:
+        raise DataError("data.packing: padding-free packing is only supported for text-only models")
+    plan = loss_plan(processor, getattr(data, "train_on", "assistant"))
+    video_processor = getattr(processor, "video_processor", None)
+    return VisionLanguageCollator(
+        processor=_ChatProcessor(processor, plan),
+        assistant_only_loss=plan.mode != "all",
+        chat_template=plan.template,
+        truncate_to=max_length,
+        fps=data.fps,
+        max_frames=data.max_frames,
+        # The Qwen-VL video processors reject clips shorter than one temporal patch.
+        min_frames=getattr(video_processor, "temporal_patch_size", None) or 1,
+        media_token_ids=_media_token_ids(processor),
     )
-    ids, mask = list(encoded["input_ids"]), list(encoded["assistant_masks"])
-    marked = [index for index, keep in enumerate(mask) if keep]
-    if not marked:
-        raise DataError("the chat template's {% generation %} markers enclose no assistant tokens")
-    after = marked[-1] + 1
-    if after < len(ids) and ids[after] in tokenizer.all_special_ids:
-        # The special token that closes the turn is outside the loss: the model would never learn to stop.
-        logger.warning(
-            "the chat template's {%% generation %%} span leaves out the end-of-turn token %s",
-            tokenizer.convert_ids_to_tokens(ids[after]),
-        )
 
 
 def _media_token_ids(processor) -> torch.Tensor:
@@ -143,51 +99,100 @@ def _truncate(batch: dict[str, Any], limit: int | None, sources: list[str], medi
     return batch
 
 
-class _VideoAwareProcessor:
-    """A processor whose `apply_chat_template` passes decoded clips with their timing.
+class _RowFailure(Exception):
+    """A conversation of the batch (by row) that the template refuses or cannot split into turns."""
 
-    TRL's collator calls `apply_chat_template` with fixed arguments; pre-decoded frames need `video_metadata`
+    def __init__(self, row: int, reason: str):
+        super().__init__(reason)
+        self.row = row
+
+
+class _ChatProcessor:
+    """The processor as TRL's collator calls it, plus clip timing and our assistant masks.
+
+    TRL's collator calls `apply_chat_template` with fixed arguments. Pre-decoded frames need `video_metadata`
     (native fps and sampled frame indices, from which Qwen3-VL writes frame timestamps and Qwen2.5-VL its
     `second_per_grid_ts`) and `do_sample_frames=False` (the frames are already sampled), so this adds them.
+    When TRL asks for assistant masks, they follow the `LossPlan`: the template's markers (whitespace after
+    the end-of-turn token dropped), or spans from turn-by-turn rendering, moved past the expanded media
+    tokens with the processor's `offset_mapping` and `text_replacement_offsets`.
     """
 
-    def __init__(self, processor):
+    def __init__(self, processor, plan: LossPlan):
         self._processor = processor
+        self._plan = plan
 
     def __getattr__(self, name: str):
-        if name == "_processor" or name.startswith("__"):  # keeps copy/pickle from recursing
+        if name in ("_processor", "_plan") or name.startswith("__"):  # keeps copy/pickle from recursing
             raise AttributeError(name)
         return getattr(self._processor, name)
 
-    def apply_chat_template(self, conversation, processor_kwargs: dict | None = None, **kwargs):
+    def apply_chat_template(
+        self, conversation, processor_kwargs: dict | None = None, return_assistant_tokens_mask=False, **kwargs
+    ):
         batched = bool(conversation) and isinstance(conversation[0], list)
-        conversations = conversation if batched else [conversation]
-        metadata = []
-        converted = []
-        for messages in conversations:
-            new_messages = []
-            for message in messages:
-                content = message.get("content")
-                if isinstance(content, list):
-                    new_content = []
-                    for part in content:
-                        if part.get("type") == "video" and isinstance(part.get("video"), VideoClip):
-                            clip = part["video"]
-                            metadata.append(clip.metadata())
-                            part = {**part, "video": clip.frames}
-                        new_content.append(part)
-                    message = {**message, "content": new_content}
-                new_messages.append(message)
-            converted.append(new_messages)
+        conversations, metadata = _with_frames(conversation if batched else [conversation])
+        processor_kwargs = dict(processor_kwargs or {})
         if metadata:
-            processor_kwargs = {
-                **(processor_kwargs or {}),
-                "video_metadata": metadata,
-                "do_sample_frames": False,
-            }
-        return self._processor.apply_chat_template(
-            converted if batched else converted[0], processor_kwargs=processor_kwargs, **kwargs
+            processor_kwargs |= {"video_metadata": metadata, "do_sample_frames": False}
+        turns = return_assistant_tokens_mask and self._plan.mode == "turns"
+        rendered = self._render_rows(conversations, turns)
+        if turns:
+            processor_kwargs |= {"return_offsets_mapping": True, "return_text_replacement_offsets": True}
+        output = self._processor.apply_chat_template(
+            conversations if batched else conversations[0],
+            processor_kwargs=processor_kwargs,
+            return_assistant_tokens_mask=return_assistant_tokens_mask and not turns,
+            **kwargs,
         )
+        if not return_assistant_tokens_mask:
+            return output
+        ids = output["input_ids"].tolist()
+        if turns:
+            offsets = output.pop("offset_mapping").tolist()
+            replacements = output.pop("text_replacement_offsets", None) or [[]] * len(ids)
+            masks = [token_mask(*row) for row in zip(offsets, rendered, replacements, strict=True)]
+        else:
+            tokenizer = self._processor.tokenizer
+            masks = [
+                trim_trailing_whitespace(row, mask, tokenizer)
+                for row, mask in zip(ids, output["assistant_masks"].tolist(), strict=True)
+            ]
+        output["assistant_masks"] = torch.tensor(masks, dtype=torch.long)
+        return output
+
+    def _render_rows(self, conversations: list[list[dict[str, Any]]], turns: bool) -> list:
+        """Each conversation rendered alone (its assistant spans for `turns`): a failure names its row."""
+        render = renderer(self._processor, self._plan.template)
+        rendered = []
+        for row, messages in enumerate(conversations):
+            try:
+                rendered.append(assistant_spans(render, messages)[1] if turns else render(messages, False))
+            except RENDER_FAILURES as error:
+                raise _RowFailure(row, why_unusable(error)) from None
+        return rendered
+
+
+def _with_frames(conversations: list[list[dict[str, Any]]]) -> tuple[list[list[dict[str, Any]]], list[dict]]:
+    """The conversations with each `VideoClip` replaced by its frames, and the clips' metadata in order."""
+    metadata = []
+    converted = []
+    for messages in conversations:
+        new_messages = []
+        for message in messages:
+            content = message.get("content")
+            if isinstance(content, list):
+                new_content = []
+                for part in content:
+                    if part.get("type") == "video" and isinstance(part.get("video"), VideoClip):
+                        clip = part["video"]
+                        metadata.append(clip.metadata())
+                        part = {**part, "video": clip.frames}
+                    new_content.append(part)
+                message = {**message, "content": new_content}
+            new_messages.append(message)
+        converted.append(new_messages)
+    return converted, metadata
 
 
 @dataclass
@@ -206,7 +211,10 @@ class VisionLanguageCollator(DataCollatorForVisionLanguageModeling):
             {"messages": self._with_media(example, source), "images": []}
             for example, source in zip(examples, sources, strict=True)
         ]
-        batch = super().torch_call(prepared)
+        try:
+            batch = super().torch_call(prepared)
+        except _RowFailure as failure:
+            raise DataError(f"{sources[failure.row]}: {failure}") from None
         return _truncate(batch, self.truncate_to, sources, self.media_token_ids)
 
     def _with_media(self, example: dict[str, Any], source: str) -> list[dict[str, Any]]:
@@ -241,31 +249,3 @@ class VisionLanguageCollator(DataCollatorForVisionLanguageModeling):
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             name = item if isinstance(item, str) else "(embedded)"
             raise DataError(f"{source}: cannot decode {kind} {name}: {reason}") from None
-
-
-@dataclass
-class TextCollator(DataCollatorForLanguageModeling):
-    """TRL's language-modeling collator fed by the chat template, with assistant-only labels."""
-
-    tokenizer: Any = None
-    chat_template: str | None = None
-    truncate_to: int | None = None
-
-    def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
-        tokenized = []
-        for index, example in enumerate(examples):
-            source = example.get("source", f"batch[{index}]")
-            if example.get("images") or example.get("videos"):
-                raise DataError(f"{source}: has images or videos but the model is text-only")
-            encoded = self.tokenizer.apply_chat_template(
-                to_text_messages(example["messages"], source),
-                chat_template=self.chat_template,
-                tokenize=True,
-                return_dict=True,
-                return_assistant_tokens_mask=True,
-            )
-            input_ids = list(encoded["input_ids"])[: self.truncate_to]
-            masks = list(encoded["assistant_masks"])[: self.truncate_to]
-            labels = [token if keep else -100 for token, keep in zip(input_ids, masks, strict=True)]
-            tokenized.append({"input_ids": input_ids, "labels": labels})
-        return super().torch_call(tokenized)

@@ -5,17 +5,18 @@ The story of a run (`run_sft`), once `read_job` has validated the job and built 
 1. load the model (any Cosmos3 checkpoint layout, any supported family) and freeze what is asked;
 2. load and validate the conversations;
 3. hand them to TRL: VLM batches through our collator (media decoding, assistant masks), text
-   conversations through TRL's own tokenization and packing;
+   conversations tokenized by us (assistant masks), then truncated and packed by TRL;
 4. train and save on the shared skeleton (`common.train_and_save`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from trl import SFTTrainer
 
-from ..data import build_collator, load_conversations, to_text_messages
+from ..data import build_collator, load_conversations, tokenize_conversations
 from ..jobs import Job
 from ..models import load_model, lora_config
 from .common import CrashSafeTrainerMixin, train_and_save
@@ -40,16 +41,16 @@ def run_sft(job: Job, callbacks: list | None = None) -> CosmosSFTTrainer:
     if loaded.is_vision_language:
         data_collator = build_collator(loaded.processing_class, config.data, config.data.max_length)
     else:
-        # Text LMs go through TRL's own tokenization, assistant masks and packing.
-        dataset = dataset.map(
-            lambda row: {"messages": to_text_messages(row["messages"])},
-            remove_columns=[c for c in dataset.column_names if c != "messages"],
-        )
+        # Text LMs: tokenized with assistant masks here; TRL builds the labels, truncates and packs.
+        dataset = tokenize_conversations(dataset, loaded.processing_class, config.data)
         data_collator = None
+    args = job.args
+    if args.assistant_only_loss:  # the masks are ours; TRL's switch would swap the chat template
+        args = dataclasses.replace(args, assistant_only_loss=False)
 
     trainer = CosmosSFTTrainer(
         model=loaded.model,
-        args=job.args,
+        args=args,
         train_dataset=dataset,
         processing_class=loaded.processing_class,
         data_collator=data_collator,
