@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from cosmos_train.config import DataSection
 from cosmos_train.data import DataError, load_conversations, to_text_messages
+from cosmos_train.trainers.sft_config import ConversationData
 
 
-def section(path, fmt, **kwargs) -> DataSection:
-    return DataSection(format=fmt, path=str(path), **kwargs)
+def section(path, fmt, **kwargs) -> ConversationData:
+    return ConversationData(format=fmt, path=str(path), **kwargs)
 
 
 def write_jsonl(path: Path, lines: list) -> Path:
@@ -264,8 +264,10 @@ def test_nothing_left_is_an_error_even_with_skip_bad(media):
 
 
 def test_whole_file_problems_are_one_line(media):
+    # The job schema rejects a missing path first; the loader still says it in one line to other callers.
+    missing = ConversationData.model_construct(format="llava", path=str(media / "nothere.json"))
     with pytest.raises(DataError, match=r"nothere.json: no such file$"):
-        load_conversations(section(media / "nothere.json", "llava"))
+        load_conversations(missing)
     (media / "broken.json").write_text('[{"conversations": []},\n  oops]')
     with pytest.raises(DataError) as error:
         load_conversations(section(media / "broken.json", "llava"))
