@@ -62,7 +62,7 @@ def test_good_job_maps_onto_sft_config(tmp_path):
     assert job.kind == "sft"  # no `kind` key: an SFT job
     args = job.args
     assert args.learning_rate == 1e-3 and args.max_steps == 5
-    assert args.assistant_only_loss is True
+    assert args.assistant_only_loss is False  # cosmos-train masks the loss itself ([data] train_on)
     assert args.deepspeed.endswith("zero2.json") and Path(args.deepspeed).is_file()
     # Relative paths are relative to the job file.
     assert args.output_dir == str(tmp_path / "runs" / "x")
@@ -73,9 +73,11 @@ def test_good_job_maps_onto_sft_config(tmp_path):
     assert read_job(_write(tmp_path, GOOD), ["train.use_cpu=false"]).args.use_cpu is False
 
 
-def test_train_on_all_turns_off_assistant_only_loss(tmp_path):
-    job = read_job(_write(tmp_path, GOOD), ["data.train_on=all"])
-    assert job.args.assistant_only_loss is False
+def test_train_on_is_a_data_choice_not_a_trl_switch(tmp_path):
+    assert read_job(_write(tmp_path, GOOD), ["data.train_on=all"]).config.data.train_on == "all"
+    assert "[train] assistant_only_loss is set by the job" in _error(
+        tmp_path, GOOD, ["train.assistant_only_loss=true"]
+    )
 
 
 @pytest.mark.parametrize(

@@ -31,9 +31,7 @@ def reasoner(tmp_path_factory):
 def lora_run(tmp_path_factory, reasoner):
     folder = tmp_path_factory.mktemp("lora-run")
     # max_steps comes from an override, which the job record and the model card must show.
-    return _train(
-        folder, reasoner, ["train.max_steps=40"], train={"learning_rate": 1e-2, "save_steps": 20}
-    )
+    return _train(folder, reasoner, ["train.max_steps=40"], train={"learning_rate": 1e-2, "save_steps": 20})
 
 
 def _inputs(model_dir):

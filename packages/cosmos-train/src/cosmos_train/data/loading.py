@@ -46,7 +46,7 @@ class _BadRecord(Exception):
 
 
 def load_conversations(data) -> tuple[Any, DataReport]:
-    """Load `data` (a `cosmos_train.config.DataSection`) as a `datasets.Dataset` plus a `DataReport`.
+    """Load `data` (the `[data]` section, `cosmos_train.trainers.sft_config.ConversationData`) as a `datasets.Dataset` plus a `DataReport`.
 
     Columns: `messages` (roles system/user/assistant; content is a list of `{"type": "text", "text"}`,
     `{"type": "image"}` or `{"type": "video"}` parts, the media parts without payload), `images` and

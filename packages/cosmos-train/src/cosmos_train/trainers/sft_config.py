@@ -78,7 +78,9 @@ class SFTJob(JobSchema):
             "max_length": self.data.max_length,
             "packing": self.data.packing,
             "padding_free": self.data.packing,
-            "assistant_only_loss": self.data.train_on == "assistant",
+            # Our data layer masks the loss (`[data] train_on`) from any prefix-preserving chat template;
+            # TRL's switch would try to swap the template for one with generation markers.
+            "assistant_only_loss": False,
             "model_init_kwargs": None,
             # VLM batches are built from the raw conversations by our collator, which needs every column.
             "remove_unused_columns": False,

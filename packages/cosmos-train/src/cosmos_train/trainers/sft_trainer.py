@@ -11,7 +11,6 @@ The story of a run (`run_sft`), once `read_job` has validated the job and built 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 from trl import SFTTrainer
@@ -44,13 +43,10 @@ def run_sft(job: Job, callbacks: list | None = None) -> CosmosSFTTrainer:
         # Text LMs: tokenized with assistant masks here; TRL builds the labels, truncates and packs.
         dataset = tokenize_conversations(dataset, loaded.processing_class, config.data)
         data_collator = None
-    args = job.args
-    if args.assistant_only_loss:  # the masks are ours; TRL's switch would swap the chat template
-        args = dataclasses.replace(args, assistant_only_loss=False)
 
     trainer = CosmosSFTTrainer(
         model=loaded.model,
-        args=args,
+        args=job.args,
         train_dataset=dataset,
         processing_class=loaded.processing_class,
         data_collator=data_collator,
