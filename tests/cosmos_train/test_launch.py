@@ -26,8 +26,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from sft_helpers import REPO, SHAPES, losses, write_job
-from transformers import AutoModelForCausalLM
+from peft import PeftModel
+from sft_helpers import REPO, SHAPES, cli, losses, write_job
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
 from cosmos_train import testing as tiny
 from cosmos_train.checkpoints import is_complete
@@ -358,11 +359,8 @@ def _text_data(path: Path) -> Path:
 
 @pytest.mark.slow
 def test_zero3_two_processes_saves_full_weights(tmp_path):
-    """ZeRO-3 partitions the parameters themselves; the saved model must still be whole.
-
-    On the tiny Qwen3 text LM: the Cosmos3 reasoner does not load under ZeRO-3 yet (transformers-cosmos3
-    builds a meta-device copy of the model to list its weights, which ZeRO-3's weight init cannot handle).
-    """
+    """ZeRO-3 partitions the parameters themselves; the saved model must still be whole (on the tiny Qwen3
+    text LM; the Cosmos3 reasoner's ZeRO-3 tests follow)."""
     lm = tiny.save_tiny_text_lm(tmp_path / "lm")
     text = [f'data.path="{_text_data(tmp_path / "text.jsonl")}"', 'data.format="jsonl"']
     run = _run(
@@ -449,3 +447,62 @@ def test_fsdp_backend_config(tmp_path, reasoner, monkeypatch):
         wrapped = {cls.__name__ for cls in plugin.auto_wrap_policy.keywords["transformer_layer_cls"]}
         assert wrapped == layers, (family, wrapped)
         assert any(type(m).__name__ in layers for m in model.modules()), family
+
+
+@pytest.mark.slow
+def test_zero3_two_processes_cosmos3_full_fine_tune(tmp_path, reasoner, reference, reference_weights):
+    """The Cosmos3 reasoner loads under ZeRO-3 (its weight-name listing builds no model inside
+    `zero.Init`), and the final model keeps the transformers names: the strict shim reloads it, trained
+    as the 1-process reference was."""
+    run = _run(
+        "ZeRO-3 reasoner",
+        _two_processes(),
+        tmp_path / "job",
+        reasoner,
+        {"gradient_accumulation_steps": 1},
+        ["launch.backend=zero3"],
+    )
+    assert _zero_shards(run)["model"] == [f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in (0, 1)]
+    _assert_world_size(run, world_size=2, accumulation=1)
+    weights = _reasoner_weights(run.output)
+    _assert_same_training(run, reference, weights, reference_weights, rtol=1e-4, atol=5e-5)
+
+
+@pytest.mark.slow
+def test_zero3_two_processes_cosmos3_lora(tmp_path, reasoner):
+    """LoRA on the Cosmos3 reasoner under ZeRO-3: the adapter and its merged export reload with the
+    weights of the same job trained on one process with 2 accumulation steps (in this process)."""
+    folder = tmp_path / "zero3"
+    folder.mkdir()
+    job = write_job(folder, reasoner, train=TRAIN | {"gradient_accumulation_steps": 1})
+    _finish(
+        _start([*_two_processes(), "sft", "--config", job, "--set", "launch.backend=zero3"]), "ZeRO-3 LoRA"
+    )
+    run = Run(folder / "run")
+    assert _zero_shards(run)["model"] == [f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in (0, 1)]
+
+    (tmp_path / "one").mkdir()
+    one = TRAIN | {"gradient_accumulation_steps": 2, "save_strategy": "no"}
+    trainer = run_sft(read_job(write_job(tmp_path / "one", reasoner, train=one)))
+    torch.testing.assert_close(
+        torch.tensor(run.history("loss")), torch.tensor(losses(trainer)), rtol=1e-4, atol=1e-5
+    )
+    held = trainer.model.state_dict()
+    adapter = PeftModel.from_pretrained(Cosmos3ForConditionalGeneration.from_pretrained(reasoner), run.output)
+    lora = {name: tensor for name, tensor in adapter.state_dict().items() if ".lora_" in name}
+    assert lora and lora.keys() <= held.keys()
+    for name, tensor in lora.items():
+        torch.testing.assert_close(
+            tensor, held[name], rtol=1e-4, atol=5e-5, msg=lambda m, n=name: f"{n}: {m}"
+        )
+
+    result = cli("export", run.output, tmp_path / "merged", "--merge-lora")
+    assert result.returncode == 0, result.stderr[-2000:]
+    merged, info = AutoModelForImageTextToText.from_pretrained(tmp_path / "merged", output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched tensors
+    expected = trainer.model.merge_and_unload().state_dict()
+    assert merged.state_dict().keys() == expected.keys()
+    for name, tensor in merged.state_dict().items():
+        torch.testing.assert_close(
+            tensor, expected[name], rtol=1e-4, atol=5e-5, msg=lambda m, n=name: f"{n}: {m}"
+        )

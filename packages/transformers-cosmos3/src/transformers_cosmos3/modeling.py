@@ -9,6 +9,7 @@ random init.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -26,9 +27,28 @@ HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_downl
 MissingWeightsError = layouts.WeightNamesError
 
 
+@contextlib.contextmanager
+def _zero3_init_disabled():
+    """Build models plainly even inside a DeepSpeed ZeRO-3 run.
+
+    Under ZeRO-3, transformers builds every model inside `deepspeed.zero.Init` and then initializes its
+    weights for real, which fails on the meta device ("Cannot copy out of meta tensor"). The weight-name
+    listing needs neither: transformers' ZeRO-3 switch is turned off for the block and then restored.
+    """
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    active = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = active
+
+
 def reasoner_weight_names(config) -> set[str]:
     """The transformers names of the reasoner weights a checkpoint must provide for `config`."""
-    with torch.device("meta"):
+    # A weightless meta-device copy lists the names; ZeRO-3 would partition and initialize it.
+    with _zero3_init_disabled(), torch.device("meta"):
         names = set(_Reasoner(config).state_dict())
     text_config = getattr(config, "text_config", config)
     if getattr(config, "tie_word_embeddings", False) or getattr(text_config, "tie_word_embeddings", False):
@@ -82,6 +102,12 @@ class Cosmos3ForConditionalGeneration(_Reasoner):
         for key in HUB_KWARGS:
             kwargs.pop(key, None)
         model = super().from_pretrained(None, *args, config=config, state_dict=state_dict, **kwargs)
+        # `save_pretrained` reverts the renaming rules recorded here. transformers' regular loader records
+        # only the rules that matched a stored name; its ZeRO-3 loader records them all. The names handed
+        # over are transformers names already (no rule matches), so keep only used rules on both paths:
+        # else a ZeRO-3 save "reverts" renames never applied (`model.language_model.model.layers...`).
+        conversions = getattr(model, "_weight_conversions", None) or []
+        model._weight_conversions = [rule for rule in conversions if rule.was_used()]
         # Record where the weights came from, as a path load would (PEFT adapters save it as their base).
         model.config._name_or_path = model.name_or_path = str(pretrained_model_name_or_path)
         return model
