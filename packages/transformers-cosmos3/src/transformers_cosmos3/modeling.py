@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 import torch
 from transformers import AutoConfig
@@ -74,6 +75,19 @@ def reasoner_state_dict_names(
 
 
 class Cosmos3ForConditionalGeneration(_Reasoner):
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """transformers' `save_pretrained`, with `architectures` naming transformers' native class.
+
+        transformers writes the saving class's name, and this class shares its name with vLLM's native
+        Cosmos3 class, which reads only the diffusers export layout: a folder saved here would make vLLM
+        pick that class and find no weights. The native transformers name is what upstream writes, and
+        what vllm-cosmos3 serves from this (transformers) layout.
+        """
+        super().save_pretrained(save_directory, *args, **kwargs)
+        self.config.architectures = [_Reasoner.__name__]
+        if kwargs.get("is_main_process", True) and (Path(save_directory) / "config.json").is_file():
+            self.config.save_pretrained(save_directory)
+
     @classmethod
     def from_pretrained(
         cls, pretrained_model_name_or_path: str | os.PathLike, *args, prefer_ema: bool = True, **kwargs
