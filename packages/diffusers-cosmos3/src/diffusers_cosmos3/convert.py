@@ -9,6 +9,10 @@ Non-diffusers layouts keep the weights at the root (`model.safetensors`, sharded
 when large), the reasoner `config.json` and tokenizer/processor files at the root, and the rest
 of the diffusers repo (model_index.json, the transformer and ViT configs, vae/, scheduler/,
 text_tokenizer/, ...) under `pipeline/`, so converting back gives the same repo.
+
+A raw trainer checkpoint (`net.`/`net_ema.` tensors only, no configs) takes them from `--base`, a
+Cosmos3 repo of the same architecture, as diffusers' own `convert_cosmos_to_diffusers.py` does:
+weights from SRC, everything else from BASE.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from transformers_cosmos3.layouts import Layout, canonical_names, check_names, i
 # torch, diffusers and the checkpoint IO (which imports torch) are imported where they are used, so
 # `cosmos3-convert --help` and `import diffusers_cosmos3` stay fast.
 
-PIPELINE_FOLDER = "pipeline"
+PIPELINE_FOLDER = "pipeline"  # transformers_cosmos3.checkpoint.PIPELINE_FOLDER (that module imports torch)
 
 
 class ConversionError(ValueError):
@@ -36,13 +40,20 @@ class ConversionError(ValueError):
 
 @dataclass
 class SourceCheckpoint:
-    """A Cosmos3 checkpoint folder: where its tensors are and what they are called canonically."""
+    """A Cosmos3 checkpoint: where its tensors are, what they are called canonically, and where the
+    files that describe them are (the checkpoint itself, or a base repo)."""
 
     folder: Path
     layout: Layout
     files: dict[str, Path]  # stored tensor name -> file
     canonical: dict[str, str]  # stored tensor name -> canonical name
-    pipeline_dir: Path  # where model_index.json, transformer/config.json, vae/, ... live
+    root_dir: Path  # the reasoner's config.json and processor files (and any other root file)
+    pipeline_dir: Path  # model_index.json, transformer/config.json, vae/, ...
+
+    @property
+    def pipeline_at_root(self) -> bool:
+        """A diffusers repo: pipeline parts and root files share one folder."""
+        return self.root_dir == self.pipeline_dir
 
     @property
     def transformer_config(self) -> dict:
@@ -64,16 +75,19 @@ def _read_json(path: Path) -> dict:
         raise ConversionError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from error
 
 
-def open_checkpoint(folder: str | Path, prefer_ema: bool = True) -> SourceCheckpoint:
-    from transformers_cosmos3.checkpoint import checkpoint_tensor_files
+def open_checkpoint(
+    folder: str | Path, prefer_ema: bool = True, base: str | Path | None = None
+) -> SourceCheckpoint:
+    """The checkpoint at `folder`; `base` (a Cosmos3 repo) supplies every non-weight file instead."""
+    from transformers_cosmos3.checkpoint import checkpoint_tensor_files, config_folders
 
     folder = Path(folder)
     if not folder.is_dir():
         raise ConversionError(f"{folder} is not a folder")
     layout, files = checkpoint_tensor_files(folder)
-    pipeline_dir = folder if layout is Layout.DIFFUSERS else folder / PIPELINE_FOLDER
+    root_dir, pipeline_dir = config_folders(folder, layout, base)
     canonical = canonical_names(files, layout, prefer_ema=prefer_ema)
-    return SourceCheckpoint(folder, layout, files, canonical, pipeline_dir)
+    return SourceCheckpoint(folder, layout, files, canonical, root_dir, pipeline_dir)
 
 
 def expected_tensors(source: SourceCheckpoint) -> set[str]:
@@ -98,6 +112,32 @@ def check_complete(source: SourceCheckpoint) -> None:
     check_names(source.canonical, expected_tensors(source), source.folder)
 
 
+def check_target(source: SourceCheckpoint, to: Layout) -> None:
+    """Refuse a conversion whose output the target layout could not load.
+
+    The transformers and vLLM layouts are the reasoner: they need its `config.json` and its ViT. A
+    diffusers repo as upstream ships it has neither (no root `config.json`, no `vision_encoder/`).
+    """
+    if to not in (Layout.TRANSFORMERS, Layout.VLLM):
+        return
+    has_config = (source.root_dir / "config.json").is_file()
+    has_vision = any(is_vision_key(name) for name in source.canonical.values())
+    if not has_vision:
+        lacks = "the vision encoder (no vision_encoder/)" + (
+            "" if has_config else " and the reasoner's config.json"
+        )
+        raise ConversionError(
+            f"{source.folder} lacks {lacks}, which --to {to.value} needs for a loadable reasoner (a diffusers "
+            f"repo as upstream ships it has neither): copy vision_encoder/ and config.json from a Cosmos3 "
+            f"export of the same model into {source.folder}, then convert again"
+        )
+    if not has_config:
+        raise ConversionError(
+            f"{source.root_dir} has no config.json (the reasoner's), which --to {to.value} needs: copy it from a "
+            f"Cosmos3 export of the same model, or name such an export with --base"
+        )
+
+
 def _copy(item: Path, target: Path) -> None:
     if item.is_dir():
         shutil.copytree(item, target)
@@ -117,12 +157,12 @@ def _copy_metadata(source: SourceCheckpoint, scratch: Path, to: Layout) -> None:
     from transformers_cosmos3.checkpoint import DIFFUSERS_WEIGHT_FOLDERS
 
     pipeline_target = scratch if to is Layout.DIFFUSERS else scratch / PIPELINE_FOLDER
-    root_items = [p for p in source.folder.iterdir() if not _is_weight_file(p)]
-    if source.layout is Layout.DIFFUSERS:
+    root_items = [p for p in source.root_dir.iterdir() if not _is_weight_file(p)]
+    if source.pipeline_at_root:
         pipeline_items = [p for p in root_items if p.is_dir() or p.name == "model_index.json"]
         root_items = [p for p in root_items if p not in pipeline_items]
     else:
-        pipeline_items = list(source.pipeline_dir.iterdir()) if source.pipeline_dir.is_dir() else []
+        pipeline_items = list(source.pipeline_dir.iterdir())
         root_items = [p for p in root_items if p.name != PIPELINE_FOLDER]
     for item in root_items:
         _copy(item, scratch / item.name)
@@ -143,15 +183,21 @@ def convert(
     overwrite: bool = False,
     prefer_ema: bool = True,
     max_shard_bytes: int = 5 * 1024**3,
+    base: str | Path | None = None,
 ) -> Path:
-    """Convert the checkpoint at `src` into layout `to` at `dst`; returns `dst`."""
+    """Convert the checkpoint at `src` into layout `to` at `dst`; returns `dst`.
+
+    `base` (a Cosmos3 repo of the same architecture, folder or hub id) supplies every non-weight file:
+    the configs, VAE, tokenizers and scheduler that a raw trainer checkpoint lacks.
+    """
     from transformers_cosmos3.checkpoint import atomic_directory, load_tensors, save_sharded
 
     from .export import write_root_index
 
     to = Layout(to)
-    source = open_checkpoint(src, prefer_ema=prefer_ema)
+    source = open_checkpoint(src, prefer_ema=prefer_ema, base=base)
     check_complete(source)
+    check_target(source, to)
     dst = Path(dst)
     if dst.exists() and not overwrite:
         raise ConversionError(f"{dst} already exists (use --overwrite to replace it)")
@@ -185,20 +231,29 @@ def cli(
         str,
         typer.Option(help="Raw framework checkpoints: take the 'ema' (net_ema.) or 'regular' (net.) copy."),
     ] = "ema",
+    base: Annotated[
+        str | None,
+        typer.Option(
+            help="A Cosmos3 repo of the same architecture (folder or hub id) that supplies the configs, VAE, "
+            "tokenizers and scheduler; needed for a raw trainer checkpoint, which holds weights only."
+        ),
+    ] = None,
 ) -> None:
     """Convert SRC into layout --to at DST.
 
     Examples:
 
-      cosmos3-convert ./Cosmos3-Nano-raw ./Cosmos3-Nano --to diffusers
+      cosmos3-convert ./iter_000010000 ./Cosmos3-Nano-sft --to diffusers --base nvidia/Cosmos3-Nano
 
       cosmos3-convert ./Cosmos3-Nano ./Cosmos3-Nano-framework --to framework
+
+      cosmos3-convert ./Cosmos3-Nano-framework ./Cosmos3-Nano-hf --to transformers
     """
     if weights not in ("ema", "regular"):
         typer.echo(f"error: --weights must be 'ema' or 'regular', not {weights!r}", err=True)
         raise typer.Exit(2)
     try:
-        out = convert(src, dst, to=to, overwrite=overwrite, prefer_ema=weights == "ema")
+        out = convert(src, dst, to=to, overwrite=overwrite, prefer_ema=weights == "ema", base=base)
     except (ConversionError, FileNotFoundError, FileExistsError, ValueError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None

@@ -13,25 +13,31 @@ import torch
 from accelerate import init_empty_weights
 from diffusers import Cosmos3OmniTransformer, DiffusionPipeline
 
-from transformers_cosmos3.checkpoint import checkpoint_tensor_files, load_tensors, resolve_folder
+from transformers_cosmos3.checkpoint import (
+    checkpoint_tensor_files,
+    config_folders,
+    load_tensors,
+    resolve_folder,
+)
 from transformers_cosmos3.layouts import Layout, canonical_names, check_names, is_vision_key
-
-from .convert import PIPELINE_FOLDER, ConversionError
 
 
 def load_transformer(
-    name_or_path: str | os.PathLike, prefer_ema: bool = True, dtype: torch.dtype | None = None
+    name_or_path: str | os.PathLike,
+    prefer_ema: bool = True,
+    dtype: torch.dtype | None = None,
+    base: str | os.PathLike | None = None,
 ) -> Cosmos3OmniTransformer:
-    """The generator transformer (with its reasoner tower) from a folder in any layout."""
+    """The generator transformer (with its reasoner tower) from a folder in any layout.
+
+    `base`, a Cosmos3 repo of the same architecture, supplies the config a raw trainer checkpoint lacks.
+    """
     folder = resolve_folder(name_or_path)
     layout, files = checkpoint_tensor_files(folder)
-    if layout is Layout.DIFFUSERS:
+    if layout is Layout.DIFFUSERS and base is None:
         return Cosmos3OmniTransformer.from_pretrained(folder, subfolder="transformer", torch_dtype=dtype)
-    config_dir = folder / PIPELINE_FOLDER / "transformer"
-    if not (config_dir / "config.json").is_file():
-        raise ConversionError(
-            f"{config_dir / 'config.json'} is missing; it describes the transformer to build"
-        )
+    _, pipeline_dir = config_folders(folder, layout, base)
+    config_dir = pipeline_dir / "transformer"
     canonical = canonical_names(files, layout, prefer_ema=prefer_ema)
     names = {stored: name for stored, name in canonical.items() if not is_vision_key(name)}
     with init_empty_weights():  # parameters on meta; buffers (rotary frequencies) are computed
@@ -43,11 +49,21 @@ def load_transformer(
     return transformer.eval()
 
 
-def load_pipeline(name_or_path: str | os.PathLike, prefer_ema: bool = True, **kwargs) -> DiffusionPipeline:
-    """A `Cosmos3OmniPipeline` from a folder in any layout (keyword arguments go to diffusers)."""
+def load_pipeline(
+    name_or_path: str | os.PathLike,
+    prefer_ema: bool = True,
+    base: str | os.PathLike | None = None,
+    **kwargs,
+) -> DiffusionPipeline:
+    """A `Cosmos3OmniPipeline` from a folder in any layout (keyword arguments go to diffusers).
+
+    `base`, a Cosmos3 repo of the same architecture, supplies everything but the weights (configs,
+    VAE, tokenizer, scheduler): a raw trainer checkpoint holds weights only.
+    """
     folder = resolve_folder(name_or_path)
     layout, _ = checkpoint_tensor_files(folder)
-    if layout is Layout.DIFFUSERS:
+    if layout is Layout.DIFFUSERS and base is None:
         return DiffusionPipeline.from_pretrained(folder, **kwargs)
-    transformer = load_transformer(folder, prefer_ema=prefer_ema, dtype=kwargs.get("torch_dtype"))
-    return DiffusionPipeline.from_pretrained(folder / PIPELINE_FOLDER, transformer=transformer, **kwargs)
+    _, pipeline_dir = config_folders(folder, layout, base)
+    transformer = load_transformer(folder, prefer_ema=prefer_ema, dtype=kwargs.get("torch_dtype"), base=base)
+    return DiffusionPipeline.from_pretrained(pipeline_dir, transformer=transformer, **kwargs)

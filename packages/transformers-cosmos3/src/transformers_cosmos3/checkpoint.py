@@ -20,6 +20,14 @@ from safetensors import safe_open
 from .layouts import Layout, detect_layout
 
 INDEX_SUFFIX = ".safetensors.index.json"
+# Non-diffusers layouts keep the diffusers pipeline parts (model_index.json, transformer/config.json,
+# vae/, scheduler/, ...) in this subfolder, so a conversion back restores the same repo.
+PIPELINE_FOLDER = "pipeline"
+BASE_HINT = "`--base BASE` on the command line, `base=` in Python"
+
+
+class MissingConfigError(FileNotFoundError):
+    """A checkpoint lacks the configs that describe its model; the message says where to get them."""
 
 
 def resolve_folder(name_or_path: str | os.PathLike, **hub_kwargs) -> Path:
@@ -154,3 +162,31 @@ def checkpoint_tensor_files(folder: Path) -> tuple[Layout, dict[str, Path]]:
         return Layout.DIFFUSERS, files
     files = tensor_files(folder)
     return detect_layout(files), files
+
+
+def config_folders(folder: Path, layout: Layout, base: str | os.PathLike | None = None, **hub_kwargs):
+    """(root, pipeline): where a checkpoint's reasoner config and its diffusers pipeline parts are.
+
+    A diffusers repo holds both; other layouts keep the pipeline parts under `pipeline/`. A raw trainer
+    checkpoint has neither: `base`, a Cosmos3 repo of the same architecture (diffusers repo or any
+    layout with `pipeline/`), supplies them, and only its non-weight files are used.
+    """
+    if base is not None:
+        base_folder = resolve_folder(base, **hub_kwargs)
+        if (base_folder / "model_index.json").is_file():
+            return base_folder, base_folder
+        if (base_folder / PIPELINE_FOLDER / "model_index.json").is_file():
+            return base_folder, base_folder / PIPELINE_FOLDER
+        raise MissingConfigError(
+            f"base {base}: not a Cosmos3 repo (neither model_index.json nor {PIPELINE_FOLDER}/model_index.json)"
+        )
+    if layout is Layout.DIFFUSERS:
+        return folder, folder
+    pipeline = folder / PIPELINE_FOLDER
+    if not (pipeline / "transformer" / "config.json").is_file():
+        raise MissingConfigError(
+            f"{folder} holds {layout.value}-layout weights but no {PIPELINE_FOLDER}/ configs (a raw trainer "
+            f"checkpoint): name a Cosmos3 repo of the same architecture to take the configs, VAE, tokenizer "
+            f"and scheduler from ({BASE_HINT})"
+        )
+    return folder, pipeline

@@ -18,7 +18,7 @@ from transformers import AutoConfig
 from transformers import Cosmos3OmniForConditionalGeneration as _Reasoner
 
 from . import layouts
-from .checkpoint import checkpoint_tensor_files, load_tensors, resolve_folder
+from .checkpoint import BASE_HINT, MissingConfigError, checkpoint_tensor_files, load_tensors, resolve_folder
 
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
 
@@ -74,6 +74,22 @@ def reasoner_state_dict_names(
     return wanted
 
 
+def _missing_config_hint(folder, base) -> str:
+    """Why `folder` has no reasoner config.json, and what gives one (true for each case)."""
+    if (folder / "model_index.json").is_file():
+        return (
+            f"{folder} is a diffusers repo without the reasoner's config.json (as upstream ships it, with no "
+            "vision_encoder/ either), so it cannot give the reasoner: use a Cosmos3 export of the same model, "
+            "or copy its config.json and vision_encoder/ into this folder"
+        )
+    if base is not None:
+        return f"base {folder} has no config.json; name a Cosmos3 repo with the reasoner's config.json"
+    return (
+        f"{folder} has no config.json (a raw trainer checkpoint holds weights only): name a Cosmos3 repo of the "
+        f"same architecture that has the reasoner's config.json ({BASE_HINT})"
+    )
+
+
 class Cosmos3ForConditionalGeneration(_Reasoner):
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
         """transformers' `save_pretrained`, with `architectures` naming transformers' native class.
@@ -90,24 +106,28 @@ class Cosmos3ForConditionalGeneration(_Reasoner):
 
     @classmethod
     def from_pretrained(
-        cls, pretrained_model_name_or_path: str | os.PathLike, *args, prefer_ema: bool = True, **kwargs
+        cls,
+        pretrained_model_name_or_path: str | os.PathLike,
+        *args,
+        prefer_ema: bool = True,
+        base: str | os.PathLike | None = None,
+        **kwargs,
     ):
         """Load from a hub id or folder in any Cosmos3 layout.
 
-        `prefer_ema` picks the `net_ema.` copy of a raw framework checkpoint (else `net.`).
-        Other keyword arguments (`dtype`, `device_map`, `attn_implementation`, ...) go to
-        transformers' `from_pretrained` unchanged.
+        `prefer_ema` picks the `net_ema.` copy of a raw framework checkpoint (else `net.`). `base`, a
+        Cosmos3 repo of the same architecture with the reasoner's `config.json`, supplies the config a raw
+        trainer checkpoint lacks. Other keyword arguments (`dtype`, `device_map`, `attn_implementation`,
+        ...) go to transformers' `from_pretrained` unchanged.
         """
         hub_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs}
         folder = resolve_folder(pretrained_model_name_or_path, **hub_kwargs)
         config = kwargs.pop("config", None)
         if config is None:
-            if not (folder / "config.json").is_file():
-                raise FileNotFoundError(
-                    f"{folder} has no config.json; a diffusers repo needs the root config.json of a Cosmos3 "
-                    "export (`cosmos3-convert SRC DST --to diffusers` writes one)"
-                )
-            config = AutoConfig.from_pretrained(folder)
+            config_dir = resolve_folder(base, **hub_kwargs) if base is not None else folder
+            if not (config_dir / "config.json").is_file():
+                raise MissingConfigError(_missing_config_hint(config_dir, base))
+            config = AutoConfig.from_pretrained(config_dir)
         layout, files = checkpoint_tensor_files(folder)
         names = reasoner_state_dict_names(
             files, reasoner_weight_names(config), layout, prefer_ema=prefer_ema, source=folder
