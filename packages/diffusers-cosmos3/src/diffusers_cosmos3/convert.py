@@ -76,7 +76,10 @@ def _read_json(path: Path) -> dict:
 
 
 def open_checkpoint(
-    folder: str | Path, prefer_ema: bool = True, base: str | Path | None = None
+    folder: str | Path,
+    prefer_ema: bool = True,
+    base: str | Path | None = None,
+    trust_dcp_pickle: bool = False,
 ) -> SourceCheckpoint:
     """The checkpoint at `folder`; `base` (a Cosmos3 repo) supplies every non-weight file instead."""
     from transformers_cosmos3.checkpoint import checkpoint_tensor_files, config_folders
@@ -84,7 +87,7 @@ def open_checkpoint(
     folder = Path(folder)
     if not folder.is_dir():
         raise ConversionError(f"{folder} is not a folder")
-    layout, files = checkpoint_tensor_files(folder)
+    layout, files = checkpoint_tensor_files(folder, trust_dcp_pickle)
     root_dir, pipeline_dir = config_folders(folder, layout, base)
     canonical = canonical_names(files, layout, prefer_ema=prefer_ema)
     return SourceCheckpoint(folder, layout, files, canonical, root_dir, pipeline_dir)
@@ -184,18 +187,20 @@ def convert(
     prefer_ema: bool = True,
     max_shard_bytes: int = 5 * 1024**3,
     base: str | Path | None = None,
+    trust_dcp_pickle: bool = False,
 ) -> Path:
     """Convert the checkpoint at `src` into layout `to` at `dst`; returns `dst`.
 
     `base` (a Cosmos3 repo of the same architecture, folder or hub id) supplies every non-weight file:
-    the configs, VAE, tokenizers and scheduler that a raw trainer checkpoint lacks.
+    the configs, VAE, tokenizers and scheduler that a raw trainer checkpoint lacks. `trust_dcp_pickle`
+    allows reading a torch DCP checkpoint, whose metadata is pickled: only for checkpoints you trust.
     """
     from transformers_cosmos3.checkpoint import atomic_directory, load_tensors, save_sharded
 
     from .export import write_root_index
 
     to = Layout(to)
-    source = open_checkpoint(src, prefer_ema=prefer_ema, base=base)
+    source = open_checkpoint(src, prefer_ema=prefer_ema, base=base, trust_dcp_pickle=trust_dcp_pickle)
     check_complete(source)
     check_target(source, to)
     dst = Path(dst)
@@ -238,6 +243,13 @@ def cli(
             "tokenizers and scheduler; needed for a raw trainer checkpoint, which holds weights only."
         ),
     ] = None,
+    trust_dcp_pickle: Annotated[
+        bool,
+        typer.Option(
+            help="Read SRC as a torch DCP checkpoint (.metadata + *.distcp, as the framework's trainer writes "
+            "it). Its metadata is pickled, and unpickling can run arbitrary code: only for checkpoints you trust."
+        ),
+    ] = False,
 ) -> None:
     """Convert SRC into layout --to at DST.
 
@@ -248,12 +260,22 @@ def cli(
       cosmos3-convert ./Cosmos3-Nano ./Cosmos3-Nano-framework --to framework
 
       cosmos3-convert ./Cosmos3-Nano-framework ./Cosmos3-Nano-hf --to transformers
+
+      cosmos3-convert ./iter_000010000/model ./Cosmos3-Nano-sft --base nvidia/Cosmos3-Nano --trust-dcp-pickle
     """
     if weights not in ("ema", "regular"):
         typer.echo(f"error: --weights must be 'ema' or 'regular', not {weights!r}", err=True)
         raise typer.Exit(2)
     try:
-        out = convert(src, dst, to=to, overwrite=overwrite, prefer_ema=weights == "ema", base=base)
+        out = convert(
+            src,
+            dst,
+            to=to,
+            overwrite=overwrite,
+            prefer_ema=weights == "ema",
+            base=base,
+            trust_dcp_pickle=trust_dcp_pickle,
+        )
     except (ConversionError, FileNotFoundError, FileExistsError, ValueError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None

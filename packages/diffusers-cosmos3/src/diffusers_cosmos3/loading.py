@@ -27,13 +27,15 @@ def load_transformer(
     prefer_ema: bool = True,
     dtype: torch.dtype | None = None,
     base: str | os.PathLike | None = None,
+    trust_dcp_pickle: bool = False,
 ) -> Cosmos3OmniTransformer:
     """The generator transformer (with its reasoner tower) from a folder in any layout.
 
     `base`, a Cosmos3 repo of the same architecture, supplies the config a raw trainer checkpoint lacks.
+    `trust_dcp_pickle` allows reading a torch DCP checkpoint (pickled metadata): only one you trust.
     """
     folder = resolve_folder(name_or_path)
-    layout, files = checkpoint_tensor_files(folder)
+    layout, files = checkpoint_tensor_files(folder, trust_dcp_pickle)
     if layout is Layout.DIFFUSERS and base is None:
         return Cosmos3OmniTransformer.from_pretrained(folder, subfolder="transformer", torch_dtype=dtype)
     _, pipeline_dir = config_folders(folder, layout, base)
@@ -53,17 +55,21 @@ def load_pipeline(
     name_or_path: str | os.PathLike,
     prefer_ema: bool = True,
     base: str | os.PathLike | None = None,
+    trust_dcp_pickle: bool = False,
     **kwargs,
 ) -> DiffusionPipeline:
     """A `Cosmos3OmniPipeline` from a folder in any layout (keyword arguments go to diffusers).
 
     `base`, a Cosmos3 repo of the same architecture, supplies everything but the weights (configs,
-    VAE, tokenizer, scheduler): a raw trainer checkpoint holds weights only.
+    VAE, tokenizer, scheduler): a raw trainer checkpoint holds weights only. `trust_dcp_pickle` allows
+    reading a torch DCP checkpoint, whose metadata is pickled: only for checkpoints you trust.
     """
     folder = resolve_folder(name_or_path)
-    layout, _ = checkpoint_tensor_files(folder)
+    layout, _ = checkpoint_tensor_files(folder, trust_dcp_pickle)
     if layout is Layout.DIFFUSERS and base is None:
         return DiffusionPipeline.from_pretrained(folder, **kwargs)
     _, pipeline_dir = config_folders(folder, layout, base)
-    transformer = load_transformer(folder, prefer_ema=prefer_ema, dtype=kwargs.get("torch_dtype"), base=base)
+    transformer = load_transformer(
+        folder, prefer_ema, kwargs.get("torch_dtype"), base=base, trust_dcp_pickle=trust_dcp_pickle
+    )
     return DiffusionPipeline.from_pretrained(pipeline_dir, transformer=transformer, **kwargs)

@@ -1,6 +1,8 @@
 """Reading and writing safetensors checkpoint folders, whatever their layout.
 
-Only safetensors and JSON are read: nothing here unpickles.
+Only safetensors and JSON are read, with one opt-in exception: a torch Distributed Checkpoint (DCP)
+folder, as the framework's trainer writes it, has pickled metadata, so it is read only when the
+caller passes `trust_dcp_pickle=True` for a checkpoint it trusts.
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from huggingface_hub import get_torch_storage_id, save_torch_state_dict
 from safetensors import safe_open
 
-from .layouts import Layout, detect_layout
+from .layouts import FRAMEWORK_PREFIXES, Layout, detect_layout
 
 INDEX_SUFFIX = ".safetensors.index.json"
 # Non-diffusers layouts keep the diffusers pipeline parts (model_index.json, transformer/config.json,
@@ -71,15 +75,85 @@ def tensor_files(folder: Path) -> dict[str, Path]:
     return files
 
 
+DCP_METADATA = ".metadata"
+DCP_TRUST_HINT = "`--trust-dcp-pickle` on the command line, `trust_dcp_pickle=True` in Python"
+
+
+class UntrustedCheckpointError(ValueError):
+    """A checkpoint can only be read by unpickling, and the caller did not opt in."""
+
+
+@dataclass(frozen=True)
+class DcpTensor:
+    """Where a tensor of a torch DCP checkpoint is: its folder (read by `load_tensors`)."""
+
+    folder: Path
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def dcp_folder(folder: Path) -> Path | None:
+    """The DCP folder of a framework checkpoint: `folder` itself, or its `model/` (the framework saves the
+    model, optimizer, scheduler and trainer state as sibling DCP folders)."""
+    for candidate in (folder, folder / "model"):
+        if (candidate / DCP_METADATA).is_file() and any(candidate.glob("*.distcp")):
+            return candidate
+    return None
+
+
+def dcp_tensors(folder: Path, trust_dcp_pickle: bool = False) -> dict[str, DcpTensor]:
+    """{name: DcpTensor} of the `net.` / `net_ema.` tensors of a DCP checkpoint (other state is skipped)."""
+    if not trust_dcp_pickle:
+        raise UntrustedCheckpointError(
+            f"{folder} is a torch DCP checkpoint, whose {DCP_METADATA} is pickled (unpickling can run code): "
+            f"read it only if you trust it, with {DCP_TRUST_HINT}"
+        )
+    from torch.distributed.checkpoint import FileSystemReader, TensorStorageMetadata
+
+    try:
+        metadata = FileSystemReader(str(folder)).read_metadata()
+    except Exception as error:  # a truncated or foreign .metadata fails inside pickle, with any error type
+        raise ValueError(f"{folder / DCP_METADATA}: not a readable DCP metadata file ({error})") from error
+    return {
+        name: DcpTensor(folder, tuple(item.size), item.properties.dtype)
+        for name, item in metadata.state_dict_metadata.items()
+        if isinstance(item, TensorStorageMetadata) and name.startswith(FRAMEWORK_PREFIXES)
+    }
+
+
+def _load_dcp(folder: Path, entries: Mapping[str, DcpTensor]) -> dict[str, torch.Tensor]:
+    """Read the named tensors, and only those, from a DCP folder in this one process."""
+    from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+    from torch.distributed.checkpoint import load as dcp_load
+
+    state = {name: torch.empty(entry.shape, dtype=entry.dtype) for name, entry in entries.items()}
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message=".*single process", category=UserWarning)
+        dcp_load(
+            state,
+            storage_reader=FileSystemReader(str(folder)),
+            planner=DefaultLoadPlanner(allow_partial_load=True),
+            no_dist=True,
+        )
+    return state
+
+
 def load_tensors(
-    files: Mapping[str, Path], names: Mapping[str, str] | None = None
+    files: Mapping[str, Path | DcpTensor], names: Mapping[str, str] | None = None
 ) -> dict[str, torch.Tensor]:
     """Load tensors; `names` maps stored name -> returned name and selects which to load."""
     names = names if names is not None else {name: name for name in files}
     by_file: dict[Path, list[str]] = {}
+    by_dcp: dict[Path, dict[str, DcpTensor]] = {}
     for stored in names:
-        by_file.setdefault(files[stored], []).append(stored)
+        where = files[stored]
+        if isinstance(where, DcpTensor):
+            by_dcp.setdefault(where.folder, {})[stored] = where
+        else:
+            by_file.setdefault(where, []).append(stored)
     tensors = {}
+    for folder, entries in by_dcp.items():
+        tensors.update({names[stored]: tensor for stored, tensor in _load_dcp(folder, entries).items()})
     for shard, stored_names in by_file.items():
         with safe_open(str(shard), framework="pt") as reader:
             for stored in stored_names:
@@ -151,9 +225,20 @@ def atomic_directory(destination: Path, overwrite: bool = False) -> Iterator[Pat
 DIFFUSERS_WEIGHT_FOLDERS = ("transformer", "vision_encoder")
 
 
-def checkpoint_tensor_files(folder: Path) -> tuple[Layout, dict[str, Path]]:
-    """Layout and {tensor name: file} of a Cosmos3 checkpoint folder in any layout."""
+def checkpoint_tensor_files(
+    folder: Path, trust_dcp_pickle: bool = False
+) -> tuple[Layout, dict[str, Path | DcpTensor]]:
+    """Layout and {tensor name: file} of a Cosmos3 checkpoint folder in any layout.
+
+    A torch DCP folder (raw framework layout) is read only with `trust_dcp_pickle`; see `dcp_tensors`.
+    """
     folder = Path(folder)
+    dcp = dcp_folder(folder)
+    if dcp is not None:
+        tensors = dcp_tensors(dcp, trust_dcp_pickle)
+        if not tensors:
+            raise ValueError(f"{dcp}: a DCP checkpoint without `net.` or `net_ema.` tensors")
+        return Layout.FRAMEWORK, tensors
     if (folder / "transformer").is_dir():
         files: dict[str, Path] = {}
         for sub in DIFFUSERS_WEIGHT_FOLDERS:

@@ -111,13 +111,15 @@ class Cosmos3ForConditionalGeneration(_Reasoner):
         *args,
         prefer_ema: bool = True,
         base: str | os.PathLike | None = None,
+        trust_dcp_pickle: bool = False,
         **kwargs,
     ):
         """Load from a hub id or folder in any Cosmos3 layout.
 
         `prefer_ema` picks the `net_ema.` copy of a raw framework checkpoint (else `net.`). `base`, a
         Cosmos3 repo of the same architecture with the reasoner's `config.json`, supplies the config a raw
-        trainer checkpoint lacks. Other keyword arguments (`dtype`, `device_map`, `attn_implementation`,
+        trainer checkpoint lacks. `trust_dcp_pickle` allows reading a torch DCP checkpoint, whose metadata
+        is pickled: only for checkpoints you trust. Other keyword arguments (`dtype`, `device_map`, `attn_implementation`,
         ...) go to transformers' `from_pretrained` unchanged.
         """
         hub_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs}
@@ -128,7 +130,7 @@ class Cosmos3ForConditionalGeneration(_Reasoner):
             if not (config_dir / "config.json").is_file():
                 raise MissingConfigError(_missing_config_hint(config_dir, base))
             config = AutoConfig.from_pretrained(config_dir)
-        layout, files = checkpoint_tensor_files(folder)
+        layout, files = checkpoint_tensor_files(folder, trust_dcp_pickle)
         names = reasoner_state_dict_names(
             files, reasoner_weight_names(config), layout, prefer_ema=prefer_ema, source=folder
         )
