@@ -12,3 +12,5 @@ uv run --frozen ruff check .
 uv run --frozen ruff format --check .
 uv run --frozen pytest "$@"
 bash scripts/test-vllm.sh
+# The install path a user takes (plain pip, clean venvs, outside the repo); INSTALL_CHECK=0 skips it.
+if [ "${INSTALL_CHECK:-1}" != 0 ]; then bash scripts/test-install.sh; fi
