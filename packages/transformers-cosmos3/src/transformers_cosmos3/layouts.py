@@ -22,6 +22,7 @@ transformers ignores exactly those names when it loads the reasoner, so nothing 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
@@ -136,6 +137,22 @@ def from_layout(key: str, layout: Layout | str) -> str:
     # Longest layout prefix first, so `language_model.model.` wins over `language_model.`.
     swapped.sort(key=lambda pair: len(pair[0]), reverse=True)
     return _rename(key, swapped, [(new, old) for old, new in _SEGMENTS[layout]])
+
+
+def canonical_key_mapping(layout: Layout | str, framework_prefix: str = "net.") -> dict[str, str]:
+    """transformers `key_mapping` ({regex: replacement}) from `layout`'s names to canonical (flat) names.
+
+    transformers' own `cosmos3_omni` conversion mapping takes flat names the rest of the way, so with
+    this a transformers `from_pretrained` reads any single-folder layout lazily, as it reads its own.
+    Prefix rows only: the Qwen attention names of the reasoner are already the transformers names.
+    A framework checkpoint's other copy keeps its prefix, matches nothing, and is never read.
+    """
+    layout = Layout(layout)
+    mapping = {f"^{re.escape(framework_prefix)}": ""} if layout is Layout.FRAMEWORK else {}
+    for canonical, stored in sorted(_PREFIXES[layout], key=lambda pair: len(pair[1]), reverse=True):
+        anchor = "^" + re.escape(stored) + ("" if stored.endswith(".") else "$")
+        mapping[anchor] = canonical
+    return mapping
 
 
 def is_vision_key(canonical_key: str) -> bool:

@@ -18,7 +18,14 @@ from transformers import AutoConfig
 from transformers import Cosmos3OmniForConditionalGeneration as _Reasoner
 
 from . import layouts
-from .checkpoint import BASE_HINT, MissingConfigError, checkpoint_tensor_files, load_tensors, resolve_folder
+from .checkpoint import (
+    BASE_HINT,
+    INDEX_SUFFIX,
+    MissingConfigError,
+    checkpoint_tensor_files,
+    load_tensors,
+    resolve_folder,
+)
 
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
 
@@ -90,7 +97,36 @@ def _missing_config_hint(folder, base) -> str:
     )
 
 
+def _generation_config(folder: Path, config):
+    from transformers import GenerationConfig
+
+    if (folder / "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(folder)
+    return GenerationConfig.from_model_config(config)
+
+
+def _read_lazily(folder: Path, layout: layouts.Layout, files) -> bool:
+    """Whether transformers' loader can read the checkpoint from `folder` itself.
+
+    Not a DCP checkpoint (pickled metadata, read by `torch.distributed.checkpoint`), and not a diffusers
+    repo without the root index over `transformer/` and `vision_encoder/` that an export writes.
+    """
+    if any(not isinstance(where, Path) for where in files.values()):
+        return False
+    if layout is layouts.Layout.DIFFUSERS:
+        return (folder / ("model" + INDEX_SUFFIX)).is_file()
+    return True
+
+
 class Cosmos3ForConditionalGeneration(_Reasoner):
+    # Upstream's list skips the generator tower; the unused copy of a raw framework checkpoint keeps its
+    # `net.`/`net_ema.` prefix (no renaming rule matches it) and is skipped on purpose too. A weight left
+    # unloaded is still an error: the name check runs first, and `missing_keys` is checked after.
+    _keys_to_ignore_on_load_unexpected = [
+        *(_Reasoner._keys_to_ignore_on_load_unexpected or []),
+        r"^net(_ema)?\.",
+    ]
+
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
         """transformers' `save_pretrained`, with `architectures` naming transformers' native class.
 
@@ -130,20 +166,44 @@ class Cosmos3ForConditionalGeneration(_Reasoner):
             if not (config_dir / "config.json").is_file():
                 raise MissingConfigError(_missing_config_hint(config_dir, base))
             config = AutoConfig.from_pretrained(config_dir)
+            if config_dir != folder and "generation_config" not in kwargs:
+                # transformers would look for the generation config beside the weights; the base has it.
+                kwargs["generation_config"] = _generation_config(config_dir, config)
         layout, files = checkpoint_tensor_files(folder, trust_dcp_pickle)
+        # Names only: every reasoner weight must come from exactly one tensor before any is read.
         names = reasoner_state_dict_names(
             files, reasoner_weight_names(config), layout, prefer_ema=prefer_ema, source=folder
         )
-        state_dict = load_tensors(files, names)
         for key in HUB_KWARGS:
             kwargs.pop(key, None)
-        model = super().from_pretrained(None, *args, config=config, state_dict=state_dict, **kwargs)
-        # `save_pretrained` reverts the renaming rules recorded here. transformers' regular loader records
-        # only the rules that matched a stored name; its ZeRO-3 loader records them all. The names handed
-        # over are transformers names already (no rule matches), so keep only used rules on both paths:
-        # else a ZeRO-3 save "reverts" renames never applied (`model.language_model.model.layers...`).
-        conversions = getattr(model, "_weight_conversions", None) or []
-        model._weight_conversions = [rule for rule in conversions if rule.was_used()]
+        wants_loading_info = kwargs.pop("output_loading_info", False)
+        if _read_lazily(folder, layout, files):
+            # transformers' own loader reads the folder tensor by tensor, renamed on the fly (as upstream
+            # reads its own checkpoints): no state dict in memory, and the other framework copy and the
+            # generator tower are never read.
+            prefix = (
+                layouts.split_framework_keys(files, prefer_ema)[0]
+                if layout is layouts.Layout.FRAMEWORK
+                else ""
+            )
+            model, info = super().from_pretrained(
+                folder,
+                *args,
+                config=config,
+                key_mapping=layouts.canonical_key_mapping(layout, prefix) or None,
+                output_loading_info=True,
+                **kwargs,
+            )
+            if info["missing_keys"]:  # the name check above makes this a bug in the key table, never silent
+                raise layouts.WeightNamesError(str(folder), missing=info["missing_keys"])
+        else:
+            state_dict = load_tensors(files, names)
+            model, info = super().from_pretrained(
+                None, *args, config=config, state_dict=state_dict, output_loading_info=True, **kwargs
+            )
+        # `save_pretrained` reverts the renaming rules recorded at load time. The shim always saves the
+        # transformers layout, whatever it read: nothing to revert.
+        model._weight_conversions = []
         # Record where the weights came from, as a path load would (PEFT adapters save it as their base).
         model.config._name_or_path = model.name_or_path = str(pretrained_model_name_or_path)
-        return model
+        return (model, info) if wants_loading_info else model
