@@ -41,7 +41,7 @@ def _inputs(model_dir):
     ]
     text = processor.apply_chat_template(messages, add_generation_prompt=True)
     image = Image.open(SHAPES / "images" / "blue_circle.png").convert("RGB")
-    return processor(text=[text], images=[image], return_tensors="pt")
+    return processor(text=[text], images=[image], return_tensors="pt", return_mm_token_type_ids=True)
 
 
 def test_lora_sft_of_cosmos3_reasoner_learns(lora_run):
@@ -85,6 +85,25 @@ def test_export_adapter_and_merged_reload_with_same_outputs(lora_run, reasoner, 
     with torch.no_grad():
         torch.testing.assert_close(model(**inputs).logits, reference, rtol=1e-4, atol=1e-4)
     assert cli("export", run_dir, merged, "--merge-lora").returncode == 2  # refuses to overwrite
+
+
+def test_lora_sft_of_cosmos3_edge_learns_and_exports(tmp_path):
+    """Edge's reasoner (relu2 MLP, SigLIP2 ViT, its own processor), as transformers' own save writes it."""
+    edge = tiny.save_tiny_model("cosmos3_edge", tmp_path / "edge")
+    trainer = _train(tmp_path, edge, train={"max_steps": 60, "learning_rate": 1e-2, "save_steps": 60})
+    history = losses(trainer)
+    first, last = sum(history[:5]) / 5, sum(history[-5:]) / 5
+    assert last < 0.75 * first, f"loss did not fall enough: {first:.3f} -> {last:.3f}"
+
+    merged = tmp_path / "merged"
+    assert cli("export", trainer.args.output_dir, merged, "--merge-lora").returncode == 0
+    model = AutoModelForImageTextToText.from_pretrained(merged).eval()
+    assert type(model).__name__ == "Cosmos3EdgeForConditionalGeneration"
+    inputs = _inputs(merged)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(**inputs).logits, trainer.model.eval()(**inputs).logits, rtol=1e-4, atol=1e-4
+        )
 
 
 def test_checkpoints_are_marked_complete(lora_run):

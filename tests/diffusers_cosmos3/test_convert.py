@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from diffusers_cosmos3 import convert
+from diffusers_cosmos3 import ConversionError, convert
 from diffusers_cosmos3.convert import open_checkpoint
 from transformers_cosmos3.checkpoint import load_tensors
 from transformers_cosmos3.layouts import WeightNamesError
@@ -18,9 +18,15 @@ def _tensors(folder):
     return load_tensors(source.files, source.canonical)
 
 
-@pytest.mark.parametrize("layout", ["framework", "transformers", "flat", "vllm"])
-def test_round_trip_is_bit_exact(tiny_layouts, tmp_path, layout):
-    original = tiny_layouts["diffusers"]
+@pytest.mark.parametrize(
+    ("family", "layout"),
+    [
+        *(("cosmos3_omni", layout) for layout in ("framework", "transformers", "flat", "vllm")),
+        *(("cosmos3_edge", layout) for layout in ("framework", "transformers", "flat")),
+    ],
+)
+def test_round_trip_is_bit_exact(family_layouts, tmp_path, family, layout):
+    original = family_layouts[family]["diffusers"]
     there = convert(original, tmp_path / layout, to=layout)
     back = convert(there, tmp_path / "back", to="diffusers")
     before, after = _tensors(original), _tensors(back)
@@ -40,6 +46,19 @@ def test_round_trip_is_bit_exact(tiny_layouts, tmp_path, layout):
         assert (back / sub).read_bytes() == (original / sub).read_bytes(), sub
     index = json.loads((back / "model.safetensors.index.json").read_text())["weight_map"]
     assert set(index) == set(before)
+
+
+def test_edge_has_no_vllm_layout_and_says_what_vllm_reads(edge_layouts, tmp_path):
+    with pytest.raises(ConversionError, match=r"diffusers export .*--to diffusers"):
+        convert(edge_layouts["diffusers"], tmp_path / "vllm", to="vllm")
+    assert not (tmp_path / "vllm").exists()
+
+
+def test_edge_transformers_layout_uses_transformers_names(edge_layouts):
+    keys = set(load_file(edge_layouts["transformers"] / "model.safetensors"))
+    assert "model.language_model.layers.0.mlp.fc1.weight" in keys  # relu2 MLP, no gate
+    assert "model.visual.encoder.layers.0.self_attn.q_proj.weight" in keys  # the ViT keeps its own names
+    assert not any(".mlp.up_proj." in k or ".self_attn.to_q." in k for k in keys)
 
 
 def test_framework_output_keeps_action_heads_under_framework_names(tiny_layouts, tmp_path):

@@ -13,6 +13,8 @@ from PIL import Image
 import diffusers_cosmos3
 
 LAYOUTS = ["diffusers", "flat", "framework", "transformers", "vllm"]
+# Edge (relu2 text MLP, its own ViT) in every layout it has; its tiny fixture has no action heads.
+CASES = [*(("cosmos3_omni", name) for name in LAYOUTS), *(("cosmos3_edge", name) for name in LAYOUTS[:-1])]
 
 
 def _image(height=32, width=32, seed=0):
@@ -59,13 +61,29 @@ def _aligned(pipeline):
 
 
 @pytest.fixture(scope="module")
-def upstream(tiny_layouts):
-    return _aligned(Cosmos3OmniPipeline.from_pretrained(tiny_layouts["diffusers"]))
+def upstreams(family_layouts):
+    """{family: upstream's pipeline from the diffusers layout}."""
+    return {
+        family: _aligned(Cosmos3OmniPipeline.from_pretrained(layouts["diffusers"]))
+        for family, layouts in family_layouts.items()
+    }
 
 
 @pytest.fixture(scope="module")
-def upstream_outputs(upstream):
-    return {mode: _run(upstream, mode) for mode in [*MODES, "policy"]}
+def upstream(upstreams):
+    return upstreams["cosmos3_omni"]
+
+
+@pytest.fixture(scope="module")
+def family_outputs(upstreams):
+    """{family: {mode: upstream's output}}; policy mode where the model has action heads."""
+    modes = {"cosmos3_omni": [*MODES, "policy"], "cosmos3_edge": list(MODES)}
+    return {family: {mode: _run(upstreams[family], mode) for mode in modes[family]} for family in upstreams}
+
+
+@pytest.fixture(scope="module")
+def upstream_outputs(family_outputs):
+    return family_outputs["cosmos3_omni"]
 
 
 def _assert_same(output, reference):
@@ -75,21 +93,25 @@ def _assert_same(output, reference):
         assert all(torch.equal(a, b) for a, b in zip(output.action, reference.action, strict=True))
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_shim_pipeline_matches_upstream_in_every_mode(tiny_layouts, upstream_outputs, layout):
-    pipeline = _aligned(diffusers_cosmos3.load_pipeline(tiny_layouts[layout]))
+@pytest.mark.parametrize(("family", "layout"), CASES)
+def test_shim_pipeline_matches_upstream_in_every_mode(family_layouts, family_outputs, family, layout):
+    pipeline = _aligned(diffusers_cosmos3.load_pipeline(family_layouts[family][layout]))
     assert type(pipeline) is Cosmos3OmniPipeline
-    for mode, reference in upstream_outputs.items():
+    for mode, reference in family_outputs[family].items():
         _assert_same(_run(pipeline, mode), reference)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_weights_are_bit_equal(tiny_layouts, upstream, layout):
-    reference = upstream.transformer.state_dict()
-    loaded = diffusers_cosmos3.load_transformer(tiny_layouts[layout]).state_dict()
+@pytest.mark.parametrize(("family", "layout"), CASES)
+def test_weights_are_bit_equal(family_layouts, upstreams, family, layout):
+    reference = upstreams[family].transformer.state_dict()
+    loaded = diffusers_cosmos3.load_transformer(family_layouts[family][layout]).state_dict()
     assert loaded.keys() == reference.keys()
     assert all(torch.equal(loaded[k], reference[k]) for k in reference)
-    assert "action_proj_in.fc.weight" in loaded
+    if family == "cosmos3_edge":  # relu2 MLP (no gate) and the generator's own key norm
+        assert "layers.0.mlp.up_proj.weight" in loaded and "layers.0.mlp.gate_proj.weight" not in loaded
+        assert "layers.0.self_attn.k_norm_und_for_gen.weight" in loaded
+    else:
+        assert "action_proj_in.fc.weight" in loaded
 
 
 def test_model_index_naming_this_package_loads(tiny_layouts, upstream_outputs, tmp_path):

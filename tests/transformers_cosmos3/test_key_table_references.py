@@ -1,10 +1,11 @@
 """The key table against transformers' own Cosmos3 names, which this project did not write.
 
-References: the checkpoint conversion transformers applies when `Cosmos3OmniForConditionalGeneration`
-loads a unified (flat-named) checkpoint (`transformers/conversion_mapping.py`, "cosmos3_omni"), the
-list of generator-tower names the native class drops on load, and the flat names its
-`save_pretrained` writes. The canonical names come from upstream classes too: diffusers'
-`Cosmos3OmniTransformer` and transformers' Qwen3-VL ViT.
+References, for both reasoner families (Nano/Super `cosmos3_omni`, Edge `cosmos3_edge`): the
+checkpoint conversion transformers applies when its native class loads a unified (flat-named)
+checkpoint (`transformers/conversion_mapping.py`), the list of generator-tower names the native class
+drops on load, and the names its `save_pretrained` writes. The canonical names come from upstream
+classes too: diffusers' `Cosmos3OmniTransformer` (relu2 for Edge), transformers' Qwen3-VL ViT, and
+Edge's SigLIP2 ViT and projector as the native Edge class names them.
 """
 
 import re
@@ -13,36 +14,54 @@ import pytest
 import torch
 from diffusers import Cosmos3OmniTransformer
 from safetensors.torch import load_file
-from transformers import Cosmos3OmniForConditionalGeneration
+from transformers import AutoModelForImageTextToText
 from transformers.conversion_mapping import get_model_conversion_mapping
 from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
 from diffusers_cosmos3.testing import build_transformer
-from transformers_cosmos3 import Cosmos3ForConditionalGeneration, testing
-from transformers_cosmos3.layouts import Layout, from_layout, is_generator_key, to_layout
+from transformers_cosmos3 import reasoner_class, testing
+from transformers_cosmos3.layouts import (
+    EDGE_VISION_ROOTS,
+    Layout,
+    Reasoner,
+    from_layout,
+    is_generator_key,
+    to_layout,
+)
+
+
+@pytest.fixture(scope="module", params=list(Reasoner))
+def family(request) -> Reasoner:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def native():
-    """transformers' own Cosmos3 reasoner for the tiny config, on the meta device (names only)."""
-    config = testing.reasoner_config(testing.build_tokenizer())
+def native(family):
+    """transformers' own Cosmos3 reasoner of `family` for the tiny config, on the meta device (names only)."""
+    config = testing.reasoner_config(testing.build_tokenizer(), family=family)
     with torch.device("meta"):
-        return Cosmos3OmniForConditionalGeneration(config)
+        return AutoModelForImageTextToText.from_config(config)
 
 
 @pytest.fixture(scope="module")
-def canonical_names():
+def canonical_names(family, native):
     """Every weight name of the flat (diffusers) namespace, from the upstream classes themselves.
 
-    The diffusers transformer with action and sound heads (both towers), plus the Qwen3-VL ViT.
+    The diffusers transformer with action and sound heads (both towers), plus the ViT: Qwen3-VL's, or
+    Edge's SigLIP2 ViT and projector under the names the native Edge class gives them. Upstream's Edge
+    class lists no sound names to drop (transformers 5.23), so Edge is checked without sound heads.
     """
     tokenizer = testing.build_tokenizer()
+    sound = family is Reasoner.OMNI
     with torch.device("meta"):
-        transformer = build_transformer(tokenizer, action=True, sound=True)
-        vision = Qwen3VLVisionModel(testing.vision_config())
+        transformer = build_transformer(tokenizer, action=True, sound=sound, family=family)
+        if family is Reasoner.EDGE:
+            vision = sorted(k for k in native.state_dict() if k.startswith(EDGE_VISION_ROOTS))
+        else:
+            vision = sorted(Qwen3VLVisionModel(testing.vision_config()).state_dict())
     assert isinstance(transformer, Cosmos3OmniTransformer)
-    return sorted(transformer.state_dict()) + sorted(vision.state_dict())
+    return sorted(transformer.state_dict()) + vision
 
 
 def transformers_load_name(native, key: str) -> str:
@@ -54,22 +73,22 @@ def transformers_load_name(native, key: str) -> str:
     return renamed
 
 
-def dropped_by_transformers(key: str) -> bool:
+def dropped_by_transformers(native, key: str) -> bool:
     """Whether the native class drops `key` on load (generator tower, sound and action heads)."""
-    patterns = Cosmos3OmniForConditionalGeneration._keys_to_ignore_on_load_unexpected
+    patterns = type(native)._keys_to_ignore_on_load_unexpected
     return any(re.search(pattern, key) for pattern in patterns)
 
 
-def test_generator_split_is_the_one_transformers_drops(canonical_names):
-    assert any(dropped_by_transformers(k) for k in canonical_names)  # the list is not empty
-    disagree = [k for k in canonical_names if is_generator_key(k) != dropped_by_transformers(k)]
+def test_generator_split_is_the_one_transformers_drops(native, canonical_names):
+    assert any(dropped_by_transformers(native, k) for k in canonical_names)  # the list is not empty
+    disagree = [k for k in canonical_names if is_generator_key(k) != dropped_by_transformers(native, k)]
     assert not disagree
 
 
-def test_reasoner_names_are_the_ones_transformers_loads_them_as(native, canonical_names):
+def test_reasoner_names_are_the_ones_transformers_loads_them_as(family, native, canonical_names):
     reasoner = [k for k in canonical_names if not is_generator_key(k)]
     upstream = {k: transformers_load_name(native, k) for k in reasoner}
-    ours = {k: to_layout(k, Layout.TRANSFORMERS) for k in reasoner}
+    ours = {k: to_layout(k, Layout.TRANSFORMERS, reasoner=family) for k in reasoner}
     assert ours == upstream
     # One to one onto the native reasoner: nothing left over, nothing missing.
     assert sorted(upstream.values()) == sorted(native.state_dict())
@@ -77,19 +96,20 @@ def test_reasoner_names_are_the_ones_transformers_loads_them_as(native, canonica
 
 
 @pytest.fixture(scope="module")
-def saved_by_transformers(tmp_path_factory):
+def saved_by_transformers(tmp_path_factory, family):
     """(native model with random weights, the folder its own `save_pretrained` wrote)."""
-    folder = testing.save_tiny_cosmos3_reasoner(tmp_path_factory.mktemp("native-save"))
-    return Cosmos3OmniForConditionalGeneration.from_pretrained(folder), folder
+    folder = testing.save_tiny_cosmos3_reasoner(tmp_path_factory.mktemp("native-save"), family=family)
+    return AutoModelForImageTextToText.from_pretrained(folder), folder
 
 
 def test_shim_reads_what_transformers_writes_tensor_for_tensor(saved_by_transformers):
-    # transformers writes the unified checkpoint's flat names (`layers.N.self_attn.to_k`, `blocks.N`):
-    # our table must put every tensor back where the native class has it, by value.
+    # transformers writes the unified checkpoint's flat names (`layers.N.self_attn.to_k`, `blocks.N`; for
+    # Edge also `to_k` and `up_proj` inside its ViT): our table must put every tensor back where the
+    # native class has it, by value.
     model, folder = saved_by_transformers
     written = load_file(folder / "model.safetensors")
     assert any(".self_attn.to_k." in k for k in written)  # flat names, not the native ones
-    state = Cosmos3ForConditionalGeneration.from_pretrained(folder).state_dict()
+    state = reasoner_class(model.config).from_pretrained(folder).state_dict()
     expected = model.state_dict()
     assert state.keys() == expected.keys()
     assert [k for k in expected if not torch.equal(state[k], expected[k])] == []

@@ -5,43 +5,80 @@ import pytest
 import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForImageTextToText, AutoProcessor, Cosmos3OmniForConditionalGeneration
+from transformers import (
+    AutoConfig,
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    Cosmos3EdgeForConditionalGeneration,
+    Cosmos3OmniForConditionalGeneration,
+)
 
+import transformers_cosmos3
 from transformers_cosmos3 import Cosmos3ForConditionalGeneration, MissingWeightsError
 
-LAYOUTS = ["transformers", "diffusers", "flat", "framework", "vllm"]
+# (reasoner family, layout): every layout of each family (vLLM reads Edge from the diffusers export).
+CASES = [
+    *[("cosmos3_omni", layout) for layout in ("transformers", "diffusers", "flat", "framework", "vllm")],
+    *[("cosmos3_edge", layout) for layout in ("transformers", "diffusers", "flat", "framework")],
+]
+NATIVE = {
+    "cosmos3_omni": Cosmos3OmniForConditionalGeneration,
+    "cosmos3_edge": Cosmos3EdgeForConditionalGeneration,
+}
+SHIM = {
+    "cosmos3_omni": Cosmos3ForConditionalGeneration,
+    "cosmos3_edge": transformers_cosmos3.Cosmos3EdgeForConditionalGeneration,
+}
 
 
 @pytest.fixture(scope="module")
-def inputs(tiny_layouts):
-    """A chat turn with an image, so the ViT and the text tower both shape the logits."""
-    processor = AutoProcessor.from_pretrained(tiny_layouts["transformers"])
+def inputs(family_layouts):
+    """{family: a chat turn with an image}, so the ViT and the text tower both shape the logits."""
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 48, 3), dtype=np.uint8))
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is shown?"}]}]
-    text = processor.apply_chat_template(messages, add_generation_prompt=True)
-    return processor(text=[text], images=[image], return_tensors="pt")
+    batches = {}
+    for family, layouts in family_layouts.items():
+        processor = AutoProcessor.from_pretrained(layouts["transformers"])
+        text = processor.apply_chat_template(messages, add_generation_prompt=True)
+        batches[family] = processor(
+            text=[text], images=[image], return_tensors="pt", return_mm_token_type_ids=True
+        )
+    return batches
 
 
 @pytest.fixture(scope="module")
-def native_logits(tiny_layouts, inputs):
-    model = Cosmos3OmniForConditionalGeneration.from_pretrained(tiny_layouts["transformers"])
+def native_logits(family_layouts, inputs):
+    """{family: logits of upstream's own class loading the transformers layout}."""
+    logits = {}
+    for family, layouts in family_layouts.items():
+        model = NATIVE[family].from_pretrained(layouts["transformers"])
+        with torch.no_grad():
+            logits[family] = model(**inputs[family]).logits
+    return logits
+
+
+@pytest.mark.parametrize(("family", "layout"), CASES)
+def test_shim_loads_every_layout_bit_equal_to_native(family_layouts, inputs, native_logits, family, layout):
+    model = SHIM[family].from_pretrained(family_layouts[family][layout])
+    assert isinstance(model, NATIVE[family])
     with torch.no_grad():
-        return model(**inputs).logits
+        logits = model(**inputs[family]).logits
+    assert torch.equal(logits, native_logits[family])
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_shim_loads_every_layout_bit_equal_to_native(tiny_layouts, inputs, native_logits, layout):
-    model = Cosmos3ForConditionalGeneration.from_pretrained(tiny_layouts[layout])
-    assert isinstance(model, Cosmos3OmniForConditionalGeneration)
+@pytest.mark.parametrize("family", list(NATIVE))
+def test_auto_class_loads_a_diffusers_export(family_layouts, inputs, native_logits, family):
+    model = AutoModelForImageTextToText.from_pretrained(family_layouts[family]["diffusers"])
     with torch.no_grad():
-        logits = model(**inputs).logits
-    assert torch.equal(logits, native_logits)
+        assert torch.equal(model(**inputs[family]).logits, native_logits[family])
 
 
-def test_auto_class_loads_a_diffusers_export(tiny_layouts, inputs, native_logits):
-    model = AutoModelForImageTextToText.from_pretrained(tiny_layouts["diffusers"])
-    with torch.no_grad():
-        assert torch.equal(model(**inputs).logits, native_logits)
+def test_each_family_names_the_other_class(family_layouts):
+    with pytest.raises(
+        ValueError, match=r"cosmos3_edge reasoner: load it with .*Cosmos3EdgeForConditionalGeneration"
+    ):
+        Cosmos3ForConditionalGeneration.from_pretrained(family_layouts["cosmos3_edge"]["flat"])
+    assert transformers_cosmos3.reasoner_class(AutoConfig.for_model("cosmos3_edge")) is SHIM["cosmos3_edge"]
 
 
 def _copy_flat(tiny_layouts, tmp_path):

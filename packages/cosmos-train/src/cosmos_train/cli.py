@@ -148,7 +148,9 @@ def quickstart(
 
 @app.command("make-tiny")
 def make_tiny(
-    kind: Annotated[str, typer.Argument(help="qwen3 | qwen3_vl | qwen2_5_vl | cosmos3", show_default=False)],
+    kind: Annotated[
+        str, typer.Argument(help="qwen3 | qwen3_vl | qwen2_5_vl | cosmos3 | cosmos3_edge", show_default=False)
+    ],
     out: Annotated[Path, typer.Argument(help="Folder to write (must not exist).", show_default=False)],
 ) -> None:
     """Save a tiny random model with its tokenizer/processor, built offline, for smoke-testing a job

@@ -1,8 +1,9 @@
 """Load the model and its processor for a job, freeze what the job asks, and build its LoRA config.
 
 One path for a hub id or a local folder. Families:
-- Cosmos3 reasoner (`cosmos3_omni`): through transformers-cosmos3, so every checkpoint layout loads.
-- Vision-language models (Qwen3-VL, Qwen2.5-VL, Cosmos3 Edge, ...): `AutoModelForImageTextToText`.
+- Cosmos3 reasoners (`cosmos3_omni`: Nano, Super; `cosmos3_edge`: Edge): through transformers-cosmos3, so
+  every checkpoint layout loads.
+- Other vision-language models (Qwen3-VL, Qwen2.5-VL, ...): `AutoModelForImageTextToText`.
 - Causal text LMs (Qwen3, ...): `AutoModelForCausalLM`.
 """
 
@@ -66,7 +67,7 @@ def load_model(section: ModelSection, packing: bool = False) -> LoadedModel:
     With `packing` and no attention implementation asked for, packed rows use `segment_sdpa`
     (per-sequence SDPA), since plain SDPA would score every packed sequence against every other.
     """
-    from transformers_cosmos3 import Cosmos3ForConditionalGeneration
+    from transformers_cosmos3 import Reasoner, reasoner_class
 
     from . import attention
 
@@ -77,8 +78,8 @@ def load_model(section: ModelSection, packing: bool = False) -> LoadedModel:
     elif packing:
         kwargs["attn_implementation"] = attention.NAME
     config = AutoConfig.from_pretrained(section.name_or_path, trust_remote_code=section.trust_remote_code)
-    if config.model_type == "cosmos3_omni":
-        model = Cosmos3ForConditionalGeneration.from_pretrained(section.name_or_path, **kwargs)
+    if config.model_type in set(Reasoner):
+        model = reasoner_class(config).from_pretrained(section.name_or_path, **kwargs)
         is_vlm = True
     elif config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         model = AutoModelForImageTextToText.from_pretrained(section.name_or_path, **kwargs)

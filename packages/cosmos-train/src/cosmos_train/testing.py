@@ -115,6 +115,7 @@ KINDS = {
     "qwen3_vl": "Qwen3-VL with its processor",
     "qwen2_5_vl": "Qwen2.5-VL with its processor",
     "cosmos3": "Cosmos3 reasoner (transformers layout) with its processor",
+    "cosmos3_edge": "Cosmos3 Edge reasoner (transformers layout) with its processor",
 }
 
 
@@ -126,4 +127,6 @@ def save_tiny_model(kind: str, path: str | Path) -> Path:
         return save_tiny_vlm(path, family=kind)
     if kind == "cosmos3":
         return save_tiny_cosmos3_reasoner(path)
+    if kind == "cosmos3_edge":
+        return save_tiny_cosmos3_reasoner(path, family="cosmos3_edge")
     raise ValueError(f"unknown tiny model kind {kind!r}; expected one of: {', '.join(KINDS)}")

@@ -26,7 +26,15 @@ from typing import Annotated
 
 import typer
 
-from transformers_cosmos3.layouts import Layout, canonical_names, check_names, is_vision_key, to_layout
+from transformers_cosmos3.layouts import (
+    Layout,
+    Reasoner,
+    canonical_names,
+    check_names,
+    from_layout,
+    is_vision_key,
+    to_layout,
+)
 
 # torch, diffusers and the checkpoint IO (which imports torch) are imported where they are used, so
 # `cosmos3-convert --help` and `import diffusers_cosmos3` stay fast.
@@ -63,6 +71,10 @@ class SourceCheckpoint:
     def vision_config_path(self) -> Path:
         return self.pipeline_dir / "vision_encoder" / "config.json"
 
+    @property
+    def reasoner(self) -> Reasoner:
+        return Reasoner.of_transformer_config(self.transformer_config)
+
 
 def _read_json(path: Path) -> dict:
     if not path.is_file():
@@ -97,12 +109,20 @@ def expected_tensors(source: SourceCheckpoint) -> set[str]:
     """Canonical tensor names of the architecture the configs describe (built on the meta device)."""
     import torch
     from diffusers import Cosmos3OmniTransformer
+    from transformers import AutoConfig
 
     with torch.device("meta"):
         transformer = Cosmos3OmniTransformer.from_config(source.transformer_config)
         names = set(transformer.state_dict())
-        if source.vision_config_path.is_file():
-            from transformers import AutoConfig
+        reasoner_config = source.root_dir / "config.json"
+        if source.reasoner is Reasoner.EDGE and reasoner_config.is_file():
+            # Edge's ViT and projector sit inside the native reasoner; its own names are canonical.
+            from transformers import Cosmos3EdgeForConditionalGeneration
+
+            reasoner = Cosmos3EdgeForConditionalGeneration(AutoConfig.from_pretrained(reasoner_config.parent))
+            canonical = (from_layout(name, Layout.TRANSFORMERS) for name in reasoner.state_dict())
+            names |= {name for name in canonical if is_vision_key(name)}
+        elif source.vision_config_path.is_file():
             from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
             vision = Qwen3VLVisionModel(AutoConfig.from_pretrained(source.vision_config_path.parent))
@@ -123,6 +143,11 @@ def check_target(source: SourceCheckpoint, to: Layout) -> None:
     """
     if to not in (Layout.TRANSFORMERS, Layout.VLLM):
         return
+    if to is Layout.VLLM and source.reasoner is Reasoner.EDGE:
+        raise ConversionError(
+            f"{source.folder} is Cosmos3 Edge: vLLM's Cosmos3EdgeForConditionalGeneration reads the diffusers "
+            "export (transformer/ + vision_encoder/), and there is no separate vLLM layout for it: use --to diffusers"
+        )
     has_config = (source.root_dir / "config.json").is_file()
     has_vision = any(is_vision_key(name) for name in source.canonical.values())
     if not has_vision:
@@ -218,7 +243,7 @@ def convert(
             if (scratch / "config.json").is_file():
                 write_root_index(scratch)
         else:
-            renamed = {to_layout(k, to): v for k, v in tensors.items()}
+            renamed = {to_layout(k, to, reasoner=source.reasoner): v for k, v in tensors.items()}
             save_sharded(renamed, scratch, "model", max_shard_bytes)
     return dst
 

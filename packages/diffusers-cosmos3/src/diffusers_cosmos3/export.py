@@ -4,7 +4,7 @@ Layout (the framework's export layout):
 
     model_index.json, transformer/, vae/, scheduler/, text_tokenizer/, [sound_tokenizer/]   diffusers
     vision_encoder/                       the reasoner's ViT (not a pipeline component)
-    config.json                           transformers `cosmos3_omni` config of the reasoner
+    config.json                           transformers `cosmos3_omni` / `cosmos3_edge` config of the reasoner
     model.safetensors.index.json          one weight map over transformer/ and vision_encoder/
     tokenizer + processor files           so AutoProcessor works on the root too
 """
@@ -12,12 +12,14 @@ Layout (the framework's export layout):
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from transformers_cosmos3.checkpoint import (
     DIFFUSERS_WEIGHT_FOLDERS,
     INDEX_SUFFIX,
     atomic_directory,
+    save_sharded,
     tensor_files,
 )
 
@@ -50,11 +52,17 @@ def save_export(
 ) -> Path:
     """Save `pipeline` plus the sidecars that let transformers and vLLM read the same folder.
 
+    `vision_encoder` is the reasoner's ViT: a model with `save_pretrained` (Nano's Qwen3-VL ViT), or
+    {canonical name: tensor} (Edge's ViT and projector, `model.visual.*` and `model.projector.*`, which
+    no upstream model class holds alone), written beside `reasoner_config`'s vision config.
     Written atomically: the folder appears complete or not at all.
     """
     with atomic_directory(Path(path), overwrite=overwrite) as scratch:
         pipeline.save_pretrained(scratch, safe_serialization=True)
-        if vision_encoder is not None:
+        if isinstance(vision_encoder, Mapping):
+            save_sharded(vision_encoder, scratch / "vision_encoder", "model")
+            reasoner_config.vision_config.save_pretrained(scratch / "vision_encoder")
+        elif vision_encoder is not None:
             vision_encoder.save_pretrained(scratch / "vision_encoder", safe_serialization=True)
         if reasoner_config is not None:
             reasoner_config.save_pretrained(scratch)

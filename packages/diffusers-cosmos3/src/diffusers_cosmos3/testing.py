@@ -2,11 +2,14 @@
 
 Real upstream classes at toy sizes: `Cosmos3OmniTransformer`, `AutoencoderKLWan` (Wan2.2 style),
 `UniPCMultistepScheduler`, `Cosmos3AVAEAudioTokenizer`, plus the tokenizer, ViT and reasoner config
-of `transformers_cosmos3.testing`. Not imported by `import diffusers_cosmos3`.
+of `transformers_cosmos3.testing`. `family="cosmos3_edge"` builds Cosmos3 Edge instead of Nano: the
+transformer with relu2 MLPs and no text q/k norms, and Edge's SigLIP2 ViT with its projector. Not
+imported by `import diffusers_cosmos3`.
 
     from diffusers_cosmos3.testing import save_tiny_cosmos3, save_tiny_cosmos3_layouts
     repo = save_tiny_cosmos3("/tmp/tiny-cosmos3")               # diffusers export layout
     layouts = save_tiny_cosmos3_layouts("/tmp/layouts")         # one folder per layout
+    edge = save_tiny_cosmos3("/tmp/tiny-edge", family="cosmos3_edge")
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from pathlib import Path
 
 import torch
 
+from transformers_cosmos3.layouts import EDGE_VISION_ROOTS, Reasoner
 from transformers_cosmos3.testing import (
     ROPE_THETA,
     TINY,
     Sizes,
     build_processor,
+    build_reasoner,
     build_tokenizer,
     build_vision_encoder,
     randomize_weights,
@@ -34,13 +39,24 @@ ACTION_DIM = 16
 SOUND_DIM = 64  # audio latent channels, as in Cosmos3
 
 
+# Edge's text tower in the diffusers transformer: relu2 MLP without a gate, Nemotron norms, no q/k norms
+# on the reasoner's attention (the generator's keys get a norm of their own).
+EDGE_TRANSFORMER = {"hidden_act": "relu2", "qk_norm_for_text": False, "use_und_k_norm_for_gen": True}
+
+
 def build_transformer(
-    tokenizer, action: bool = False, sound: bool = False, seed: int = 0, sizes: Sizes = TINY
+    tokenizer,
+    action: bool = False,
+    sound: bool = False,
+    seed: int = 0,
+    sizes: Sizes = TINY,
+    family: Reasoner | str = Reasoner.OMNI,
 ):
     from diffusers import Cosmos3OmniTransformer
 
     torch.manual_seed(seed)
     transformer = Cosmos3OmniTransformer(
+        **(EDGE_TRANSFORMER if Reasoner(family) is Reasoner.EDGE else {}),
         head_dim=sizes.head_dim,
         hidden_size=sizes.hidden,
         intermediate_size=sizes.intermediate,
@@ -105,13 +121,21 @@ def build_sound_tokenizer(seed: int = 0):
     return Cosmos3AVAEAudioTokenizer(vocoder_input_dim=SOUND_DIM, dec_dim=4, encoder_enabled=False).eval()
 
 
-def build_pipeline(action: bool = False, sound: bool = False, seed: int = 0, sizes: Sizes = TINY):
+def build_pipeline(
+    action: bool = False,
+    sound: bool = False,
+    seed: int = 0,
+    sizes: Sizes = TINY,
+    family: Reasoner | str = Reasoner.OMNI,
+):
     """The tiny diffusers `Cosmos3OmniPipeline` (safety checker off: it needs cosmos_guardrail)."""
     from diffusers import Cosmos3OmniPipeline
 
     tokenizer = build_tokenizer()
     return Cosmos3OmniPipeline(
-        transformer=build_transformer(tokenizer, action=action, sound=sound, seed=seed, sizes=sizes),
+        transformer=build_transformer(
+            tokenizer, action=action, sound=sound, seed=seed, sizes=sizes, family=family
+        ),
         text_tokenizer=tokenizer,
         vae=build_vae(seed=seed),
         scheduler=build_scheduler(),
@@ -120,8 +144,20 @@ def build_pipeline(action: bool = False, sound: bool = False, seed: int = 0, siz
     )
 
 
+def build_edge_vision_encoder(tokenizer, seed: int = 0, sizes: Sizes = TINY) -> dict[str, torch.Tensor]:
+    """Edge's SigLIP2 ViT and projector under their canonical names (`model.visual.*`, `model.projector.*`),
+    taken from a native `Cosmos3EdgeForConditionalGeneration` with random weights."""
+    reasoner = build_reasoner(tokenizer, seed=seed, sizes=sizes, family=Reasoner.EDGE)
+    return {k: v.clone() for k, v in reasoner.state_dict().items() if k.startswith(EDGE_VISION_ROOTS)}
+
+
 def save_tiny_cosmos3(
-    path: str | Path, action: bool = False, sound: bool = False, seed: int = 0, sizes: Sizes = TINY
+    path: str | Path,
+    action: bool = False,
+    sound: bool = False,
+    seed: int = 0,
+    sizes: Sizes = TINY,
+    family: Reasoner | str = Reasoner.OMNI,
 ) -> Path:
     """Write a tiny Cosmos3 repo in the framework-export diffusers layout.
 
@@ -130,27 +166,45 @@ def save_tiny_cosmos3(
     """
     from .export import save_export
 
-    pipeline = build_pipeline(action=action, sound=sound, seed=seed, sizes=sizes)
+    family = Reasoner(family)
+    pipeline = build_pipeline(action=action, sound=sound, seed=seed, sizes=sizes, family=family)
     tokenizer = pipeline.text_tokenizer
+    if family is Reasoner.EDGE:
+        vision_encoder = build_edge_vision_encoder(tokenizer, seed=seed, sizes=sizes)
+    else:
+        vision_encoder = build_vision_encoder(seed=seed, sizes=sizes)
     return save_export(
         pipeline,
         Path(path),
-        vision_encoder=build_vision_encoder(seed=seed, sizes=sizes),
-        reasoner_config=reasoner_config(tokenizer, sizes),
-        processor=build_processor(tokenizer),
+        vision_encoder=vision_encoder,
+        reasoner_config=reasoner_config(tokenizer, sizes, family),
+        processor=build_processor(tokenizer, family),
     )
 
 
+# The layouts each family has: vLLM reads Edge from the diffusers export only (see `convert.check_target`).
+LAYOUTS = {
+    Reasoner.OMNI: ("transformers", "flat", "framework", "vllm"),
+    Reasoner.EDGE: ("transformers", "flat", "framework"),
+}
+
+
 def save_tiny_cosmos3_layouts(
-    root: str | Path, action: bool = False, seed: int = 0, sizes: Sizes = TINY
+    root: str | Path,
+    action: bool = False,
+    seed: int = 0,
+    sizes: Sizes = TINY,
+    family: Reasoner | str = Reasoner.OMNI,
 ) -> dict[str, Path]:
-    """The same tiny model in every checkpoint layout: {layout name: folder}."""
+    """The same tiny model in every checkpoint layout of its family: {layout name: folder}."""
     from .convert import convert
 
     root = Path(root)
-    diffusers_dir = save_tiny_cosmos3(root / "diffusers", action=action, seed=seed, sizes=sizes)
+    diffusers_dir = save_tiny_cosmos3(
+        root / "diffusers", action=action, seed=seed, sizes=sizes, family=family
+    )
     folders = {"diffusers": diffusers_dir}
-    for layout in ("transformers", "flat", "framework", "vllm"):
+    for layout in LAYOUTS[Reasoner(family)]:
         folders[layout] = convert(diffusers_dir, root / layout, to=layout)
     add_training_copy(folders["framework"])
     return folders

@@ -1,16 +1,30 @@
 """Cosmos3 for Hugging Face transformers.
 
-`Cosmos3ForConditionalGeneration.from_pretrained` loads the reasoner from any checkpoint layout.
-The model class is transformers' own `cosmos3_omni` (transformers >= 5.11 ships it), so nothing is
-registered. `import transformers_cosmos3` is cheap: torch and transformers load only when the model
+`Cosmos3ForConditionalGeneration.from_pretrained` (Nano, Super) and
+`Cosmos3EdgeForConditionalGeneration.from_pretrained` (Edge) load the reasoner from any checkpoint
+layout; `reasoner_class(config)` picks between them. The model classes are transformers' own
+`cosmos3_omni` and `cosmos3_edge` (transformers >= 5.15 ships both), so nothing is registered. `import transformers_cosmos3` is cheap: torch and transformers load only when the model
 class is first used, so tools that need only the key table (`layouts`) stay fast.
 """
 
-from .layouts import Layout, WeightNamesError, canonical_names, detect_layout, from_layout, to_layout
+from .layouts import (
+    Layout,
+    Reasoner,
+    WeightNamesError,
+    canonical_names,
+    detect_layout,
+    from_layout,
+    to_layout,
+)
 
 __version__ = "0.1.0"
 
-_FROM_MODELING = ("Cosmos3ForConditionalGeneration", "MissingWeightsError")
+_FROM_MODELING = (
+    "Cosmos3ForConditionalGeneration",
+    "Cosmos3EdgeForConditionalGeneration",
+    "MissingWeightsError",
+    "reasoner_class",
+)
 
 
 def __getattr__(name: str):
@@ -22,12 +36,15 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "Cosmos3EdgeForConditionalGeneration",
     "Cosmos3ForConditionalGeneration",
     "Layout",
     "MissingWeightsError",
+    "Reasoner",
     "WeightNamesError",
     "canonical_names",
     "detect_layout",
     "from_layout",
+    "reasoner_class",
     "to_layout",
 ]

@@ -18,6 +18,15 @@ loads neither torch nor transformers.
 
 The transformers and vLLM layouts keep the generator tower under its diffusers names: upstream
 transformers ignores exactly those names when it loads the reasoner, so nothing is lost.
+
+Two reasoner families share the table (`Reasoner`, named by the transformers `model_type`):
+- `cosmos3_omni` (Nano, Super): Qwen3-VL text and ViT, as above.
+- `cosmos3_edge` (Edge): Nemotron-style text whose MLP has no gate (`mlp.up_proj`/`mlp.down_proj` in
+  diffusers, `mlp.fc1`/`mlp.fc2` in transformers: upstream's `cosmos3_edge` conversion mapping), and
+  a SigLIP2 ViT with its projector, which upstream's composite checkpoints already keep under their
+  transformers names (`model.visual.*`, `model.projector.*`): canonical here too.
+Only the transformers names of the Edge MLP depend on the family; every other rename is shared, and
+reading names back (`from_layout`) never needs the family.
 """
 
 from __future__ import annotations
@@ -35,7 +44,21 @@ class Layout(StrEnum):
     VLLM = "vllm"
 
 
+class Reasoner(StrEnum):
+    """A reasoner family, named by its transformers `model_type`."""
+
+    OMNI = "cosmos3_omni"  # Nano, Super: Qwen3-VL
+    EDGE = "cosmos3_edge"  # Edge: Nemotron-style text, relu2 MLP without a gate, SigLIP2 ViT
+
+    @classmethod
+    def of_transformer_config(cls, config: Mapping) -> Reasoner:
+        """The family of a diffusers `Cosmos3OmniTransformer` config: Edge's text MLP is relu2."""
+        return cls.EDGE if config.get("hidden_act") == "relu2" else cls.OMNI
+
+
 VISION_ROOTS = ("blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list.")
+# Edge's ViT and projector: the same names in the flat, diffusers and transformers layouts.
+EDGE_VISION_ROOTS = ("model.visual.", "model.projector.")
 TEXT_ROOTS = ("embed_tokens.", "layers.", "norm.", "norm_moe_gen.")
 GENERATOR_ROOTS = (
     "proj_in.",
@@ -74,6 +97,21 @@ _GENERATOR_ATTENTION = (
 )
 
 
+# Edge's text MLP (no gate), canonical (diffusers) -> transformers.
+_EDGE_MLP = (
+    (".mlp.up_proj.", ".mlp.fc1."),
+    (".mlp.down_proj.", ".mlp.fc2."),
+)
+# transformers' `cosmos3_edge` renames are unanchored, so its save_pretrained also turns the ViT's
+# `q_proj`/`k_proj`/`v_proj`/`fc1`/`fc2` into `to_q`/.../`up_proj`/`down_proj`; its loader reads them back.
+# So does this table (canonical keeps the native ViT names, as upstream's composite checkpoints do).
+_EDGE_VIT_AS_SAVED_BY_TRANSFORMERS = (
+    *((f".self_attn.to_{x}.", f".self_attn.{x}_proj.") for x in "qkv"),
+    *_EDGE_MLP,
+)
+TEXT_LAYERS = "layers."  # per-layer renames apply to the text tower only (Edge's ViT has q_proj and fc1 too)
+
+
 def _roots(roots: Iterable[str], target: str) -> list[tuple[str, str]]:
     return [(root, target + root) for root in roots]
 
@@ -91,6 +129,7 @@ _PREFIXES: dict[Layout, list[tuple[str, str]]] = {
     Layout.FRAMEWORK: [
         *_roots(TEXT_ROOTS, "language_model.model."),
         *_roots(VISION_ROOTS, "language_model.visual."),
+        *[(root, "language_model." + root.removeprefix("model.")) for root in EDGE_VISION_ROOTS],
         ("lm_head.", "language_model.lm_head."),
         ("proj_in.", "vae2llm."),
         ("proj_out.", "llm2vae."),
@@ -112,21 +151,36 @@ _SEGMENTS: dict[Layout, tuple[tuple[str, str], ...]] = {
 }
 
 
-def _rename(key: str, prefixes: list[tuple[str, str]], segments: Iterable[tuple[str, str]]) -> str:
+def _rename_prefix(key: str, prefixes: Iterable[tuple[str, str]]) -> str:
     for old, new in prefixes:
         if key == old or (old.endswith(".") and key.startswith(old)):
-            key = new + key[len(old) :]
-            break
+            return new + key[len(old) :]
+    return key
+
+
+def _rename_segment(key: str, segments: Iterable[tuple[str, str]]) -> str:
     for old, new in segments:
         if old in key:
             return key.replace(old, new)
     return key
 
 
-def to_layout(canonical_key: str, layout: Layout | str, framework_prefix: str = "net.") -> str:
-    """Name of a canonical key in `layout`."""
+def _segments(layout: Layout, reasoner: Reasoner) -> tuple[tuple[str, str], ...]:
+    edge_mlp = reasoner is Reasoner.EDGE and layout in (Layout.TRANSFORMERS, Layout.VLLM)
+    return _SEGMENTS[layout] + (_EDGE_MLP if edge_mlp else ())
+
+
+def to_layout(
+    canonical_key: str,
+    layout: Layout | str,
+    framework_prefix: str = "net.",
+    reasoner: Reasoner | str = Reasoner.OMNI,
+) -> str:
+    """Name of a canonical key in `layout`; `reasoner` matters only for Edge's transformers MLP names."""
     layout = Layout(layout)
-    key = _rename(canonical_key, _PREFIXES[layout], _SEGMENTS[layout])
+    key = _rename_segment(
+        _rename_prefix(canonical_key, _PREFIXES[layout]), _segments(layout, Reasoner(reasoner))
+    )
     return framework_prefix + key if layout is Layout.FRAMEWORK else key
 
 
@@ -136,7 +190,13 @@ def from_layout(key: str, layout: Layout | str) -> str:
     swapped = [(new, old) for old, new in _PREFIXES[layout]]
     # Longest layout prefix first, so `language_model.model.` wins over `language_model.`.
     swapped.sort(key=lambda pair: len(pair[0]), reverse=True)
-    return _rename(key, swapped, [(new, old) for old, new in _SEGMENTS[layout]])
+    key = _rename_prefix(key, swapped)
+    if key.startswith(TEXT_LAYERS):
+        # Both families' segments: `mlp.fc1` is Edge's transformers name and no Omni name.
+        key = _rename_segment(key, [(new, old) for old, new in _segments(layout, Reasoner.EDGE)])
+    elif key.startswith(EDGE_VISION_ROOTS):
+        key = _rename_segment(key, _EDGE_VIT_AS_SAVED_BY_TRANSFORMERS)
+    return key
 
 
 def canonical_key_mapping(layout: Layout | str, framework_prefix: str = "net.") -> dict[str, str]:
@@ -156,14 +216,15 @@ def canonical_key_mapping(layout: Layout | str, framework_prefix: str = "net.") 
 
 
 def is_vision_key(canonical_key: str) -> bool:
-    return canonical_key.startswith(VISION_ROOTS)
+    return canonical_key.startswith(VISION_ROOTS + EDGE_VISION_ROOTS)
 
 
 def is_generator_key(canonical_key: str) -> bool:
     """True for weights of the generator tower and its modality heads (not used by the reasoner)."""
     if canonical_key.startswith(GENERATOR_ROOTS) or canonical_key in GENERATOR_ROOTS:
         return True
-    return any(old in canonical_key for old, _ in _GENERATOR_ATTENTION) or "_moe_gen." in canonical_key
+    generator_parts = [old for old, _ in _GENERATOR_ATTENTION] + ["_moe_gen.", ".k_norm_und_for_gen."]
+    return any(part in canonical_key for part in generator_parts)
 
 
 def detect_layout(keys: Iterable[str]) -> Layout:
@@ -171,11 +232,12 @@ def detect_layout(keys: Iterable[str]) -> Layout:
     keys = list(keys)
     if any(key.startswith(FRAMEWORK_PREFIXES) for key in keys):
         return Layout.FRAMEWORK
-    if any(key.startswith(("model.language_model.", "model.visual.")) for key in keys):
+    # Not `model.visual.` alone: Edge's flat and diffusers layouts keep its ViT under that name too.
+    if any(key.startswith("model.language_model.") for key in keys):
         return Layout.TRANSFORMERS
     if any(key.startswith(("language_model.model.", "visual.")) for key in keys):
         return Layout.VLLM
-    if any(key.startswith(TEXT_ROOTS + VISION_ROOTS) for key in keys):
+    if any(key.startswith(TEXT_ROOTS + VISION_ROOTS + EDGE_VISION_ROOTS) for key in keys):
         return Layout.FLAT
     sample = ", ".join(sorted(keys)[:5]) or "no tensors"
     raise ValueError(f"not a Cosmos3 checkpoint: no known key prefix among {sample}")

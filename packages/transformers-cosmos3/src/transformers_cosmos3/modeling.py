@@ -1,10 +1,11 @@
-"""`Cosmos3ForConditionalGeneration`: the Cosmos3 reasoner from a checkpoint of any layout.
+"""The Cosmos3 reasoner from a checkpoint of any layout.
 
-It is the native transformers class (a Qwen3-VL clone) with a stricter `from_pretrained`: the
-folder may be a transformers, diffusers-export, flat, raw framework (`net.`/`net_ema.`) or vLLM
-checkpoint, and every tensor must be accounted for. Generator-tower weights are skipped on
-purpose; an unknown or a missing reasoner weight is an error that names it, never a silent
-random init.
+`Cosmos3ForConditionalGeneration` (Nano, Super: `cosmos3_omni`, a Qwen3-VL clone) and
+`Cosmos3EdgeForConditionalGeneration` (Edge: `cosmos3_edge`) are the native transformers classes with
+a stricter `from_pretrained`: the folder may be a transformers, diffusers-export, flat, raw framework
+(`net.`/`net_ema.`) or vLLM checkpoint, and every tensor must be accounted for. Generator-tower
+weights are skipped on purpose; an unknown or a missing reasoner weight is an error that names it,
+never a silent random init.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig
-from transformers import Cosmos3OmniForConditionalGeneration as _Reasoner
+from transformers import Cosmos3EdgeForConditionalGeneration as NativeEdgeReasoner
+from transformers import Cosmos3OmniForConditionalGeneration as NativeOmniReasoner
 
 from . import layouts
 from .checkpoint import (
@@ -53,11 +55,28 @@ def _zero3_init_disabled():
         hf_deepspeed._hf_deepspeed_config_weak_ref = active
 
 
+# The native class of each reasoner family, by `model_type`.
+NATIVE_REASONERS = {
+    layouts.Reasoner.OMNI: NativeOmniReasoner,
+    layouts.Reasoner.EDGE: NativeEdgeReasoner,
+}
+
+
+def reasoner_family(config) -> layouts.Reasoner:
+    """The reasoner family of a transformers config; any other model is a one-line error."""
+    try:
+        return layouts.Reasoner(config.model_type)
+    except ValueError:
+        known = ", ".join(family.value for family in layouts.Reasoner)
+        raise ValueError(f"model_type {config.model_type!r} is not a Cosmos3 reasoner ({known})") from None
+
+
 def reasoner_weight_names(config) -> set[str]:
     """The transformers names of the reasoner weights a checkpoint must provide for `config`."""
+    native = NATIVE_REASONERS[reasoner_family(config)]
     # A weightless meta-device copy lists the names; ZeRO-3 would partition and initialize it.
     with _zero3_init_disabled(), torch.device("meta"):
-        names = set(_Reasoner(config).state_dict())
+        names = set(native(config).state_dict())
     text_config = getattr(config, "text_config", config)
     if getattr(config, "tie_word_embeddings", False) or getattr(text_config, "tie_word_embeddings", False):
         names.discard("lm_head.weight")  # tied to the embedding: not stored
@@ -65,7 +84,12 @@ def reasoner_weight_names(config) -> set[str]:
 
 
 def reasoner_state_dict_names(
-    stored_names, model_names: set[str], layout: layouts.Layout, prefer_ema: bool = True, source="checkpoint"
+    stored_names,
+    model_names: set[str],
+    layout: layouts.Layout,
+    prefer_ema: bool = True,
+    source="checkpoint",
+    reasoner: layouts.Reasoner = layouts.Reasoner.OMNI,
 ) -> dict[str, str]:
     """{stored name: transformers name} for the reasoner's tensors; raise on unknown or missing ones.
 
@@ -73,7 +97,7 @@ def reasoner_state_dict_names(
     """
     canonical = layouts.canonical_names(stored_names, layout, prefer_ema=prefer_ema)
     wanted = {
-        stored: layouts.to_layout(name, layouts.Layout.TRANSFORMERS)
+        stored: layouts.to_layout(name, layouts.Layout.TRANSFORMERS, reasoner=reasoner)
         for stored, name in canonical.items()
         if not layouts.is_generator_key(name)
     }
@@ -118,25 +142,33 @@ def _read_lazily(folder: Path, layout: layouts.Layout, files) -> bool:
     return True
 
 
-class Cosmos3ForConditionalGeneration(_Reasoner):
-    # Upstream's list skips the generator tower; the unused copy of a raw framework checkpoint keeps its
-    # `net.`/`net_ema.` prefix (no renaming rule matches it) and is skipped on purpose too. A weight left
-    # unloaded is still an error: the name check runs first, and `missing_keys` is checked after.
-    _keys_to_ignore_on_load_unexpected = [
-        *(_Reasoner._keys_to_ignore_on_load_unexpected or []),
-        r"^net(_ema)?\.",
-    ]
+class _AnyLayoutReasoner:
+    """`from_pretrained` from any Cosmos3 layout, and `save_pretrained` in the transformers layout, for a
+    native reasoner class (the second base of each subclass below)."""
+
+    family: layouts.Reasoner
+
+    @staticmethod
+    def _ignored_on_load(native) -> list[str]:
+        """What the loader skips without a warning: upstream's generator-tower names for both families
+        (a framework checkpoint's generator keys reach the loader under their framework names, which only
+        the Omni list covers), and the unused copy of a raw framework checkpoint, which keeps its
+        `net.`/`net_ema.` prefix (no renaming rule matches it). A weight left unloaded is still an error:
+        the name check runs first, and `missing_keys` is checked after."""
+        lists = [native, *NATIVE_REASONERS.values()]
+        patterns = [p for cls in lists for p in (cls._keys_to_ignore_on_load_unexpected or [])]
+        return list(dict.fromkeys([*patterns, r"^net(_ema)?\."]))
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
         """transformers' `save_pretrained`, with `architectures` naming transformers' native class.
 
-        transformers writes the saving class's name, and this class shares its name with vLLM's native
-        Cosmos3 class, which reads only the diffusers export layout: a folder saved here would make vLLM
-        pick that class and find no weights. The native transformers name is what upstream writes, and
-        what vllm-cosmos3 serves from this (transformers) layout.
+        transformers writes the saving class's name. `Cosmos3ForConditionalGeneration` shares its name with
+        vLLM's native Cosmos3 class, which reads only the diffusers export layout: a folder saved under it
+        would make vLLM pick that class and find no weights. The native transformers name is what upstream
+        writes, and what vllm-cosmos3 serves from this (transformers) layout.
         """
         super().save_pretrained(save_directory, *args, **kwargs)
-        self.config.architectures = [_Reasoner.__name__]
+        self.config.architectures = [NATIVE_REASONERS[self.family].__name__]
         if kwargs.get("is_main_process", True) and (Path(save_directory) / "config.json").is_file():
             self.config.save_pretrained(save_directory)
 
@@ -169,10 +201,15 @@ class Cosmos3ForConditionalGeneration(_Reasoner):
             if config_dir != folder and "generation_config" not in kwargs:
                 # transformers would look for the generation config beside the weights; the base has it.
                 kwargs["generation_config"] = _generation_config(config_dir, config)
+        if reasoner_class(config) is not cls:
+            raise ValueError(
+                f"{pretrained_model_name_or_path} holds a {config.model_type} reasoner: load it with "
+                f"transformers_cosmos3.{reasoner_class(config).__name__}"
+            )
         layout, files = checkpoint_tensor_files(folder, trust_dcp_pickle)
         # Names only: every reasoner weight must come from exactly one tensor before any is read.
         names = reasoner_state_dict_names(
-            files, reasoner_weight_names(config), layout, prefer_ema=prefer_ema, source=folder
+            files, reasoner_weight_names(config), layout, prefer_ema, folder, reasoner=cls.family
         )
         for key in HUB_KWARGS:
             kwargs.pop(key, None)
@@ -207,3 +244,27 @@ class Cosmos3ForConditionalGeneration(_Reasoner):
         # Record where the weights came from, as a path load would (PEFT adapters save it as their base).
         model.config._name_or_path = model.name_or_path = str(pretrained_model_name_or_path)
         return (model, info) if wants_loading_info else model
+
+
+class Cosmos3ForConditionalGeneration(_AnyLayoutReasoner, NativeOmniReasoner):
+    """Cosmos3 Nano / Super reasoner (`cosmos3_omni`) from a checkpoint of any layout."""
+
+    family = layouts.Reasoner.OMNI
+    _keys_to_ignore_on_load_unexpected = _AnyLayoutReasoner._ignored_on_load(NativeOmniReasoner)
+
+
+class Cosmos3EdgeForConditionalGeneration(_AnyLayoutReasoner, NativeEdgeReasoner):
+    """Cosmos3 Edge reasoner (`cosmos3_edge`) from a checkpoint of any layout."""
+
+    family = layouts.Reasoner.EDGE
+    _keys_to_ignore_on_load_unexpected = _AnyLayoutReasoner._ignored_on_load(NativeEdgeReasoner)
+
+
+def reasoner_class(config) -> type:
+    """The any-layout class for a reasoner config (`cosmos3_omni` or `cosmos3_edge`)."""
+    family = reasoner_family(config)
+    return next(
+        cls
+        for cls in (Cosmos3ForConditionalGeneration, Cosmos3EdgeForConditionalGeneration)
+        if cls.family is family
+    )

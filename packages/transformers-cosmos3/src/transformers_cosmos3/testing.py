@@ -1,12 +1,15 @@
 """Tiny Cosmos3 reasoners with random weights, built offline in seconds, for tests and examples.
 
 Real upstream classes at toy sizes: a byte-level tokenizer with the Cosmos3 chat template and
-vision tokens, a Qwen3-VL ViT, the transformers `cosmos3_omni` reasoner and its Qwen3-VL processor.
+vision tokens, a Qwen3-VL ViT, the transformers `cosmos3_omni` reasoner and its Qwen3-VL processor;
+for Edge (`family="cosmos3_edge"`), the `cosmos3_edge` reasoner (relu2 text MLP, SigLIP2 ViT) and its
+processor.
 Needs only transformers and tokenizers (no diffusers), so it also runs in the vLLM environment.
 Not imported by `import transformers_cosmos3`.
 
     from transformers_cosmos3.testing import save_tiny_cosmos3_reasoner
     folder = save_tiny_cosmos3_reasoner("/tmp/tiny-reasoner")   # transformers layout + processor
+    edge = save_tiny_cosmos3_reasoner("/tmp/tiny-edge", family="cosmos3_edge")
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .layouts import Reasoner
 
 
 @dataclass(frozen=True)
@@ -161,15 +166,37 @@ def build_vision_encoder(seed: int = 0, sizes: Sizes = TINY):
     return encoder.eval()
 
 
-def reasoner_config(tokenizer, sizes: Sizes = TINY):
-    """The transformers `cosmos3_omni` config of the tiny reasoner (the diffusers transformer's AR tower)."""
+# Edge's SigLIP2 ViT and projector at toy width (the patch and merge sizes of the tiny Qwen3-VL ViT).
+EDGE_VISION = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "patch_size": 8,
+    "num_patches": 16,
+    "spatial_merge_size": 2,
+}
+EDGE_PROJECTOR_HIDDEN = 48
+
+
+def reasoner_config(tokenizer, sizes: Sizes = TINY, family: Reasoner | str = Reasoner.OMNI):
+    """The transformers config of the tiny reasoner (the diffusers transformer's AR tower): `cosmos3_omni`,
+    or `cosmos3_edge` (relu2 text MLP without a gate, no q/k norms, SigLIP2 ViT with a projector)."""
     from transformers import AutoConfig
 
     ids = tokenizer.convert_tokens_to_ids
+    if Reasoner(family) is Reasoner.EDGE:
+        text = text_config(tokenizer, sizes, mrope=True)
+        text["hidden_act"] = "relu2"
+        text["rope_parameters"].pop("mrope_interleaved")
+        family_config = {"vision_config": EDGE_VISION, "projector_hidden_size": EDGE_PROJECTOR_HIDDEN}
+    else:
+        text = text_config(tokenizer, sizes, mrope=True)
+        family_config = {"vision_config": vision_config(sizes).to_dict()}
     return AutoConfig.for_model(
-        "cosmos3_omni",
-        text_config=text_config(tokenizer, sizes, mrope=True),
-        vision_config=vision_config(sizes).to_dict(),
+        Reasoner(family).value,
+        text_config=text,
+        **family_config,
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),
@@ -180,23 +207,38 @@ def reasoner_config(tokenizer, sizes: Sizes = TINY):
     )
 
 
-def build_reasoner(tokenizer=None, seed: int = 0, sizes: Sizes = TINY):
-    """The native `Cosmos3OmniForConditionalGeneration` with random weights, in eval mode."""
-    from transformers import Cosmos3OmniForConditionalGeneration
+def build_reasoner(
+    tokenizer=None, seed: int = 0, sizes: Sizes = TINY, family: Reasoner | str = Reasoner.OMNI
+):
+    """The native `Cosmos3OmniForConditionalGeneration` (or, for Edge, `Cosmos3EdgeForConditionalGeneration`)
+    with random weights, in eval mode."""
+    from transformers import AutoModelForImageTextToText
 
     torch.manual_seed(seed)
-    model = Cosmos3OmniForConditionalGeneration(reasoner_config(tokenizer or build_tokenizer(), sizes))
+    config = reasoner_config(tokenizer or build_tokenizer(), sizes, family)
+    model = AutoModelForImageTextToText.from_config(config)
     randomize_weights(model)
     return model.eval()
 
 
-def build_processor(tokenizer):
-    """A Qwen3-VL processor (image + video) around the tiny tokenizer, sized for the tiny ViT."""
+def build_processor(tokenizer, family: Reasoner | str = Reasoner.OMNI):
+    """The family's processor (image + video) around the tiny tokenizer, sized for the tiny ViT:
+    Qwen3-VL's for `cosmos3_omni`, Cosmos3 Edge's for `cosmos3_edge`."""
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
 
     config = vision_config()
     side = config.patch_size * config.spatial_merge_size
     size = {"shortest_edge": side * side, "longest_edge": 64 * side * side}
+    if Reasoner(family) is Reasoner.EDGE:
+        from transformers import Cosmos3EdgeImageProcessor, Cosmos3EdgeProcessor, Cosmos3EdgeVideoProcessor
+
+        sizing = {"patch_size": config.patch_size, "merge_size": config.spatial_merge_size, "size": size}
+        return Cosmos3EdgeProcessor(
+            image_processor=Cosmos3EdgeImageProcessor(**sizing),
+            tokenizer=tokenizer,
+            video_processor=Cosmos3EdgeVideoProcessor(**sizing, fps=2, min_frames=2, max_frames=8),
+            chat_template=CHAT_TEMPLATE,
+        )
     image_processor = Qwen2VLImageProcessor(
         patch_size=config.patch_size, merge_size=config.spatial_merge_size, size=size
     )
@@ -217,9 +259,11 @@ def build_processor(tokenizer):
     )
 
 
-def save_tiny_cosmos3_reasoner(path: str | Path, seed: int = 0, sizes: Sizes = TINY) -> Path:
+def save_tiny_cosmos3_reasoner(
+    path: str | Path, seed: int = 0, sizes: Sizes = TINY, family: Reasoner | str = Reasoner.OMNI
+) -> Path:
     """Just the tiny Cosmos3 reasoner (transformers layout) with its processor: fast for SFT tests."""
     tokenizer = build_tokenizer()
-    build_reasoner(tokenizer, seed=seed, sizes=sizes).save_pretrained(path)
-    build_processor(tokenizer).save_pretrained(path)
+    build_reasoner(tokenizer, seed=seed, sizes=sizes, family=family).save_pretrained(path)
+    build_processor(tokenizer, family).save_pretrained(path)
     return Path(path)

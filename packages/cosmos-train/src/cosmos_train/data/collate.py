@@ -132,7 +132,9 @@ class _ChatProcessor:
     ):
         batched = bool(conversation) and isinstance(conversation[0], list)
         conversations, metadata = _with_frames(conversation if batched else [conversation])
-        processor_kwargs = dict(processor_kwargs or {})
+        # The 3-axis M-RoPE models need the token types; Qwen's processors return them by default, Cosmos3
+        # Edge's does not (its model then refuses image inputs).
+        processor_kwargs = {"return_mm_token_type_ids": True} | dict(processor_kwargs or {})
         if metadata:
             processor_kwargs |= {"video_metadata": metadata, "do_sample_frames": False}
         turns = return_assistant_tokens_mask and self._plan.mode == "turns"
