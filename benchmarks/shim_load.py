@@ -1,6 +1,6 @@
 """Load time and first-output time of the Cosmos3 shims against native upstream, same checkpoint.
 
-    uv run python benchmarks/shim_load.py [--repeats 5] [--size small|tiny]
+    uv run python benchmarks/shim_load.py [--repeats 5] [--size tiny|small|medium] [--rss-rounds 3]
 
 For transformers: `Cosmos3OmniForConditionalGeneration.from_pretrained` (native) against
 `transformers_cosmos3.Cosmos3ForConditionalGeneration.from_pretrained` (shim) on the transformers
@@ -8,12 +8,19 @@ layout, plus the shim on the raw framework layout. For diffusers: `Cosmos3OmniPi
 against `diffusers_cosmos3.load_pipeline` on the diffusers layout, plus the shim on the framework
 layout. Runs alternate native/shim and report medians; the ratio goal is <= 1.05. Outputs are
 asserted bit-equal.
+
+Peak memory: each load runs in a fresh Python process that reports its peak resident set size
+(`VmHWM`, imports included) after `from_pretrained`; native and shim processes alternate over
+the rounds, and the median peak of each side and their ratio are reported (goal <= 1.10).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -108,6 +115,60 @@ def bench_diffusers(layouts: dict[str, Path], repeats: int) -> dict:
     return _summarize(times)
 
 
+# One load in a fresh process: {name: python statement} run after the imports; prints peak RSS in MB.
+RSS_LOADS = {
+    "transformers": {
+        "native": "Cosmos3OmniForConditionalGeneration.from_pretrained(folders['transformers'])",
+        "shim": "Cosmos3ForConditionalGeneration.from_pretrained(folders['transformers'])",
+        "shim_framework_layout": "Cosmos3ForConditionalGeneration.from_pretrained(folders['framework'])",
+    },
+    "diffusers": {
+        "native": "Cosmos3OmniPipeline.from_pretrained(folders['diffusers'])",
+        "shim": "diffusers_cosmos3.load_pipeline(folders['diffusers'])",
+        "shim_framework_layout": "diffusers_cosmos3.load_pipeline(folders['framework'])",
+    },
+}
+RSS_SCRIPT = """
+import json, sys
+from pathlib import Path
+from diffusers import Cosmos3OmniPipeline
+from transformers import Cosmos3OmniForConditionalGeneration
+import diffusers_cosmos3
+from transformers_cosmos3 import Cosmos3ForConditionalGeneration
+folders = {{k: Path(v) for k, v in json.loads(sys.argv[1]).items()}}
+model = {load}
+# VmHWM: this process's own peak. (ru_maxrss would report the forking benchmark's, carried over exec.)
+status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+print(int(status["VmHWM"].split()[0]) / 1024)
+"""
+
+
+def bench_peak_rss(layouts: dict[str, Path], rounds: int) -> dict:
+    """Median peak RSS (MB) per loader over `rounds` interleaved fresh processes, and shim/native ratios."""
+    folders = json.dumps({name: str(path) for name, path in layouts.items()})
+    results = {}
+    for library, loads in RSS_LOADS.items():
+        peaks: dict[str, list[float]] = {name: [] for name in loads}
+        for round_ in range(rounds):
+            for name, load in _rotated(loads, round_):
+                done = subprocess.run(
+                    [sys.executable, "-c", RSS_SCRIPT.format(load=load), folders],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                )
+                peaks[name].append(float(done.stdout.strip().splitlines()[-1]))
+        summary = {name: {"peak_rss_mb": round(median(values), 1)} for name, values in peaks.items()}
+        for name in summary:
+            if name != "native":
+                summary[name]["peak_rss_ratio"] = round(
+                    summary[name]["peak_rss_mb"] / summary["native"]["peak_rss_mb"], 3
+                )
+        results[library] = summary
+    return results
+
+
 def _rotated(loaders: dict, round_: int) -> list:
     """Each round starts with a different loader, so warm-up costs do not favour one."""
     items = list(loaders.items())
@@ -133,18 +194,31 @@ def _summarize(times: dict) -> dict:
     return summary
 
 
+def _sizes(name: str):
+    import dataclasses
+
+    from transformers_cosmos3.testing import SMALL, TINY
+
+    if name == "medium":  # ~290M parameters over both towers: a 1.1 GB float32 checkpoint
+        return dataclasses.replace(SMALL, hidden=1024, heads=16, kv_heads=4, layers=12, intermediate=3072)
+    return SMALL if name == "small" else TINY
+
+
+SIZES = {name: (lambda name=name: _sizes(name)) for name in ("tiny", "small", "medium")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--size", choices=["tiny", "small"], default="small")
+    parser.add_argument("--size", choices=list(SIZES), default="medium")
+    parser.add_argument("--rss-rounds", type=int, default=3)
     args = parser.parse_args()
 
     from diffusers_cosmos3.testing import save_tiny_cosmos3_layouts
-    from transformers_cosmos3.testing import SMALL, TINY
 
-    sizes = SMALL if args.size == "small" else TINY
+    sizes = SIZES[args.size]()
     with tempfile.TemporaryDirectory() as scratch:
         layouts = save_tiny_cosmos3_layouts(Path(scratch), sizes=sizes)
         size_mb = sum(f.stat().st_size for f in layouts["diffusers"].rglob("*.safetensors")) / 2**20
@@ -154,11 +228,12 @@ def main() -> None:
             "repeats": args.repeats,
             "transformers": bench_transformers(layouts, args.repeats),
             "diffusers": bench_diffusers(layouts, args.repeats),
-            "goal": "shim/native ratio <= 1.05",
+            "peak_rss": bench_peak_rss(layouts, args.rss_rounds),
+            "goal": "load time ratio <= 1.05 (transformers), <= 1.15 (diffusers, framework layout); peak RSS ratio <= 1.10",
         }
     for library in ("transformers", "diffusers"):
         for name, figures in results[library].items():
-            print(f"{library:<13} {name:<22} {figures}")
+            print(f"{library:<13} {name:<22} {figures} {results['peak_rss'][library][name]}")
     write_results("shim_load", results)
 
 

@@ -181,3 +181,29 @@ def vllm_state():
         return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
     return load
+
+
+@pytest.fixture(scope="session")
+def edge_export(tmp_path_factory):
+    """(native transformers Cosmos3 Edge reasoner, its diffusers export): flat text tower and generator
+    tensors in transformer/, the ViT and projector in vision_encoder/, written through the key table.
+
+    The generator tensors leave out sound heads: vLLM's Edge class has no rule that drops them.
+    """
+    from transformers_cosmos3.layouts import is_vision_key
+    from transformers_cosmos3.testing import TINY, build_reasoner, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    sizes = dataclasses.replace(TINY, head_dim=HEAD_DIM, mrope_section=MROPE_SECTION)
+    model = build_reasoner(tokenizer, sizes=sizes, family="cosmos3_edge")
+    canonical = {k: v for k, v in _canonical_tensors(model).items() if not k.startswith("audio_")}
+    folder = _write(
+        tmp_path_factory.mktemp("cosmos3-edge") / "export",
+        {
+            "transformer": {k: v for k, v in canonical.items() if not is_vision_key(k)},
+            "vision_encoder": {k: v for k, v in canonical.items() if is_vision_key(k)},
+        },
+        model,
+        tokenizer,
+    )
+    return model, folder

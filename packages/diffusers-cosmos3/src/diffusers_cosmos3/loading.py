@@ -39,7 +39,12 @@ def load_transformer(
     if layout is Layout.DIFFUSERS and base is None:
         return Cosmos3OmniTransformer.from_pretrained(folder, subfolder="transformer", torch_dtype=dtype)
     _, pipeline_dir = config_folders(folder, layout, base)
-    config_dir = pipeline_dir / "transformer"
+    return _transformer_from(folder, layout, files, pipeline_dir / "transformer", prefer_ema, dtype)
+
+
+def _transformer_from(folder, layout, files, config_dir, prefer_ema, dtype) -> Cosmos3OmniTransformer:
+    """Build the transformer from `config_dir` on the meta device and give it the checkpoint's tensors
+    (memory-mapped, as upstream's loader reads them), after checking their names."""
     canonical = canonical_names(files, layout, prefer_ema=prefer_ema)
     names = {stored: name for stored, name in canonical.items() if not is_vision_key(name)}
     with init_empty_weights():  # parameters on meta; buffers (rotary frequencies) are computed
@@ -65,11 +70,11 @@ def load_pipeline(
     reading a torch DCP checkpoint, whose metadata is pickled: only for checkpoints you trust.
     """
     folder = resolve_folder(name_or_path)
-    layout, _ = checkpoint_tensor_files(folder, trust_dcp_pickle)
+    layout, files = checkpoint_tensor_files(folder, trust_dcp_pickle)
     if layout is Layout.DIFFUSERS and base is None:
         return DiffusionPipeline.from_pretrained(folder, **kwargs)
     _, pipeline_dir = config_folders(folder, layout, base)
-    transformer = load_transformer(
-        folder, prefer_ema, kwargs.get("torch_dtype"), base=base, trust_dcp_pickle=trust_dcp_pickle
+    transformer = _transformer_from(
+        folder, layout, files, pipeline_dir / "transformer", prefer_ema, kwargs.get("torch_dtype")
     )
     return DiffusionPipeline.from_pretrained(pipeline_dir, transformer=transformer, **kwargs)

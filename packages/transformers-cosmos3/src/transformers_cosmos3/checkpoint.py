@@ -157,9 +157,8 @@ def load_tensors(
     for shard, stored_names in by_file.items():
         with safe_open(str(shard), framework="pt") as reader:
             for stored in stored_names:
-                # A fresh, allocator-aligned copy: safetensors hands out tensors at arbitrary offsets, and
-                # CPU kernels pick different code paths (and rounding) for unaligned data.
-                tensors[names[stored]] = reader.get_tensor(stored).clone()
+                # Memory-mapped, as upstream's loaders read: pages are read on first use, not here.
+                tensors[names[stored]] = reader.get_tensor(stored)
     return tensors
 
 

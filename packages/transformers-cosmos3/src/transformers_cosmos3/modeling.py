@@ -85,13 +85,14 @@ def reasoner_weight_names(config) -> set[str]:
 
 def reasoner_state_dict_names(
     stored_names,
-    model_names: set[str],
+    model_names: set[str] | None,
     layout: layouts.Layout,
     prefer_ema: bool = True,
     source="checkpoint",
     reasoner: layouts.Reasoner = layouts.Reasoner.OMNI,
 ) -> dict[str, str]:
-    """{stored name: transformers name} for the reasoner's tensors; raise on unknown or missing ones.
+    """{stored name: transformers name} for the reasoner's tensors; raise on unknown, missing or doubled
+    ones (only doubled ones without `model_names`).
 
     Generator-tower tensors are left out on purpose (the reasoner does not use them).
     """
@@ -207,14 +208,16 @@ class _AnyLayoutReasoner:
                 f"transformers_cosmos3.{reasoner_class(config).__name__}"
             )
         layout, files = checkpoint_tensor_files(folder, trust_dcp_pickle)
-        # Names only: every reasoner weight must come from exactly one tensor before any is read.
-        names = reasoner_state_dict_names(
-            files, reasoner_weight_names(config), layout, prefer_ema, folder, reasoner=cls.family
-        )
+        lazily = _read_lazily(folder, layout, files)
+        # Names first: no two tensors may claim one weight. Which weights the model has is checked here too
+        # when a state dict is built; transformers' lazy loader reports it after the load instead (a
+        # second, meta-device model only to list the names would cost a third of a native load).
+        expected = None if lazily else reasoner_weight_names(config)
+        names = reasoner_state_dict_names(files, expected, layout, prefer_ema, folder, reasoner=cls.family)
         for key in HUB_KWARGS:
             kwargs.pop(key, None)
         wants_loading_info = kwargs.pop("output_loading_info", False)
-        if _read_lazily(folder, layout, files):
+        if lazily:
             # transformers' own loader reads the folder tensor by tensor, renamed on the fly (as upstream
             # reads its own checkpoints): no state dict in memory, and the other framework copy and the
             # generator tower are never read.
@@ -231,8 +234,12 @@ class _AnyLayoutReasoner:
                 output_loading_info=True,
                 **kwargs,
             )
-            if info["missing_keys"]:  # the name check above makes this a bug in the key table, never silent
-                raise layouts.WeightNamesError(str(folder), missing=info["missing_keys"])
+            # Upstream's ignore list covers the generator tower and the other framework copy: anything else
+            # left over matched no weight. Named as stored.
+            stored_name = {name: stored for stored, name in names.items()}
+            unknown = [stored_name.get(key, key) for key in info["unexpected_keys"]]
+            if unknown or info["missing_keys"]:
+                raise layouts.WeightNamesError(str(folder), unknown, info["missing_keys"])
         else:
             state_dict = load_tensors(files, names)
             model, info = super().from_pretrained(
