@@ -189,7 +189,19 @@ def reasoner_config(tokenizer, sizes: Sizes = TINY, family: Reasoner | str = Rea
         text = text_config(tokenizer, sizes, mrope=True)
         text["hidden_act"] = "relu2"
         text["rope_parameters"].pop("mrope_interleaved")
-        family_config = {"vision_config": EDGE_VISION, "projector_hidden_size": EDGE_PROJECTOR_HIDDEN}
+        # transformers sizes the projector from `projector_hidden_size`, vLLM from `projector_config`: a
+        # config.json both read carries both (transformers keeps the other key as is).
+        projector = {
+            "input_hidden_size": EDGE_VISION["hidden_size"],
+            "merger_intermediate_size": EDGE_PROJECTOR_HIDDEN,
+            "out_hidden_size": sizes.hidden,
+            "spatial_merge_size": EDGE_VISION["spatial_merge_size"],
+        }
+        family_config = {
+            "vision_config": EDGE_VISION,
+            "projector_hidden_size": EDGE_PROJECTOR_HIDDEN,
+            "projector_config": projector,
+        }
     else:
         text = text_config(tokenizer, sizes, mrope=True)
         family_config = {"vision_config": vision_config(sizes).to_dict()}
