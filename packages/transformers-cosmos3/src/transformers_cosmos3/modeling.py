@@ -76,7 +76,13 @@ def reasoner_weight_names(config) -> set[str]:
     native = NATIVE_REASONERS[reasoner_family(config)]
     # A weightless meta-device copy lists the names; ZeRO-3 would partition and initialize it.
     with _zero3_init_disabled(), torch.device("meta"):
-        names = set(native(config).state_dict())
+        return stored_weight_names(native(config))
+
+
+def stored_weight_names(model) -> set[str]:
+    """The names of `model`'s weights that a checkpoint stores (a tied `lm_head` is not stored)."""
+    names = set(model.state_dict())
+    config = model.config
     text_config = getattr(config, "text_config", config)
     if getattr(config, "tie_word_embeddings", False) or getattr(text_config, "tie_word_embeddings", False):
         names.discard("lm_head.weight")  # tied to the embedding: not stored
@@ -209,8 +215,8 @@ class _AnyLayoutReasoner:
             )
         layout, files = checkpoint_tensor_files(folder, trust_dcp_pickle)
         lazily = _read_lazily(folder, layout, files)
-        # Names first: no two tensors may claim one weight. Which weights the model has is checked here too
-        # when a state dict is built; transformers' lazy loader reports it after the load instead (a
+        # Names first: no two tensors may claim one weight. That every weight comes from exactly one tensor is
+        # checked here too when a state dict is built, and against the loaded model after a lazy load (a
         # second, meta-device model only to list the names would cost a third of a native load).
         expected = None if lazily else reasoner_weight_names(config)
         names = reasoner_state_dict_names(files, expected, layout, prefer_ema, folder, reasoner=cls.family)
@@ -234,12 +240,10 @@ class _AnyLayoutReasoner:
                 output_loading_info=True,
                 **kwargs,
             )
-            # Upstream's ignore list covers the generator tower and the other framework copy: anything else
-            # left over matched no weight. Named as stored.
-            stored_name = {name: stored for stored, name in names.items()}
-            unknown = [stored_name.get(key, key) for key in info["unexpected_keys"]]
-            if unknown or info["missing_keys"]:
-                raise layouts.WeightNamesError(str(folder), unknown, info["missing_keys"])
+            # The folder's own names (its index, if any) against the loaded model's weights.
+            layouts.check_names(names, stored_weight_names(model), folder)
+            if info["missing_keys"]:  # our table and transformers' renaming disagree: a bug, never silent
+                raise layouts.WeightNamesError(str(folder), missing=info["missing_keys"])
         else:
             state_dict = load_tensors(files, names)
             model, info = super().from_pretrained(
