@@ -21,6 +21,7 @@ import json
 import shutil
 import sys
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
@@ -71,7 +72,7 @@ class SourceCheckpoint:
     def vision_config_path(self) -> Path:
         return self.pipeline_dir / "vision_encoder" / "config.json"
 
-    @property
+    @cached_property
     def reasoner(self) -> Reasoner:
         return Reasoner.of_transformer_config(self.transformer_config)
 

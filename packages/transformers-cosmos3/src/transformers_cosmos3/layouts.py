@@ -293,20 +293,15 @@ class WeightNamesError(ValueError):
         super().__init__(f"{source}: " + "; ".join(problems))
 
 
-def check_names(
-    names: Mapping[str, str], expected: Iterable[str] | None, source: object = "checkpoint"
-) -> None:
-    """Raise `WeightNamesError` unless `names` ({stored name: model weight name}) covers `expected` one to one;
-    with `expected=None`, only unless every weight is claimed by at most one tensor.
+def check_names(names: Mapping[str, str], expected: Iterable[str], source: object = "checkpoint") -> None:
+    """Raise `WeightNamesError` unless `names` ({stored name: model weight name}) covers `expected` one to one.
 
     Names the caller leaves out of `names` on purpose (generator weights for the reasoner, the other
     copy of a framework checkpoint) are not checked.
     """
-    unknown, missing = [], set()
-    if expected is not None:
-        expected = set(expected)
-        unknown = [stored for stored, name in names.items() if name not in expected]
-        missing = expected - set(names.values())
+    expected = set(expected)
+    unknown = [stored for stored, name in names.items() if name not in expected]
+    missing = expected - set(names.values())
     claims: dict[str, list[str]] = {}
     for stored, name in names.items():
         claims.setdefault(name, []).append(stored)

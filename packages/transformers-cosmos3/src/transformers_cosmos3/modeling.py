@@ -97,8 +97,8 @@ def reasoner_state_dict_names(
     source="checkpoint",
     reasoner: layouts.Reasoner = layouts.Reasoner.OMNI,
 ) -> dict[str, str]:
-    """{stored name: transformers name} for the reasoner's tensors; raise on unknown, missing or doubled
-    ones (only doubled ones without `model_names`).
+    """{stored name: transformers name} for the reasoner's tensors; with `model_names`, raise on unknown,
+    missing or doubled ones (without, the caller checks them later).
 
     Generator-tower tensors are left out on purpose (the reasoner does not use them).
     """
@@ -108,7 +108,8 @@ def reasoner_state_dict_names(
         for stored, name in canonical.items()
         if not layouts.is_generator_key(name)
     }
-    layouts.check_names(wanted, model_names, source)
+    if model_names is not None:
+        layouts.check_names(wanted, model_names, source)
     return wanted
 
 
@@ -215,9 +216,9 @@ class _AnyLayoutReasoner:
             )
         layout, files = checkpoint_tensor_files(folder, trust_dcp_pickle)
         lazily = _read_lazily(folder, layout, files)
-        # Names first: no two tensors may claim one weight. That every weight comes from exactly one tensor is
-        # checked here too when a state dict is built, and against the loaded model after a lazy load (a
-        # second, meta-device model only to list the names would cost a third of a native load).
+        # That every weight comes from exactly one tensor is checked before any tensor is read when a state
+        # dict is built, and against the loaded model after a lazy load (a second, meta-device model only to
+        # list the names would cost a third of a native load).
         expected = None if lazily else reasoner_weight_names(config)
         names = reasoner_state_dict_names(files, expected, layout, prefer_ema, folder, reasoner=cls.family)
         for key in HUB_KWARGS:
