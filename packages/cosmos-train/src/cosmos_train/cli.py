@@ -47,13 +47,14 @@ def _train(run, job) -> None:
     """Run a trainer on a read job: bad config or data exit 2, a diverged run exits 1."""
     from .config import ConfigError
     from .data import DataError
+    from .rewards import RemoteRewardError, RewardError
     from .trainers.common import NonFiniteLossError
 
     try:
         run(job)
     except (ConfigError, DataError) as error:
         _fail(error)
-    except NonFiniteLossError as error:
+    except (NonFiniteLossError, RewardError, RemoteRewardError) as error:
         _fail(error, code=1)
     typer.echo(f"trained model saved to {job.args.output_dir}")
 
@@ -81,6 +82,29 @@ def sft(config: ConfigOption, set_: SetOption = None) -> None:
     from .trainers.sft_trainer import run_sft
 
     _train(run_sft, _read_job(config, set_, kind="sft"))
+
+
+@app.command()
+def grpo(config: ConfigOption, set_: SetOption = None) -> None:
+    """GRPO (TRL GRPOTrainer) of the Cosmos3 reasoner, a VLM or a text LM, on prompts with images or
+    video, with built-in, Python or remote rewards.
+
+    Variants come from TRL's options in [train]: loss_type = "grpo" | "dr_grpo" | "dapo" | ...,
+    importance_sampling_level = "sequence" (GSPO), epsilon_high (clip-higher), beta (KL). [rollout]
+    dynamic_sampling adds DAPO's group filter. Remote rewards read REMOTE_REWARD_ENQUEUE_URL,
+    REMOTE_REWARD_FETCH_URL and REMOTE_REWARD_TOKEN.
+
+    Examples:
+
+      cosmos-train grpo --config examples/grpo/tiny_qwen3.toml
+
+      cosmos-train grpo -c job.toml --set train.num_generations=16 --set rollout.dynamic_sampling=true
+
+      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train grpo -c job.toml
+    """
+    from .trainers.grpo_trainer import run_grpo
+
+    _train(run_grpo, _read_job(config, set_, kind="grpo"))
 
 
 @app.command("validate-config")

@@ -40,7 +40,10 @@ from pydantic import (
 logger = logging.getLogger(__name__)
 
 # kind -> "module:JobSchema subclass"; imported on demand, since a trainer's schema imports TRL.
-JOB_KINDS = {"sft": "cosmos_train.trainers.sft_config:SFTJob"}
+JOB_KINDS = {
+    "sft": "cosmos_train.trainers.sft_config:SFTJob",
+    "grpo": "cosmos_train.trainers.grpo_config:GRPOJob",
+}
 DEFAULT_KIND = "sft"
 
 

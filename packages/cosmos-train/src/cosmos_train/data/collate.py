@@ -66,11 +66,11 @@ def build_collator(processor, data, max_length: int | None) -> VisionLanguageCol
         max_frames=data.max_frames,
         # The Qwen-VL video processors reject clips shorter than one temporal patch.
         min_frames=getattr(video_processor, "temporal_patch_size", None) or 1,
-        media_token_ids=_media_token_ids(processor),
+        media_token_ids=media_token_ids(processor),
     )
 
 
-def _media_token_ids(processor) -> torch.Tensor:
+def media_token_ids(processor) -> torch.Tensor:
     tokenizer = processor.tokenizer
     ids = [getattr(processor, "image_token_id", None), getattr(processor, "video_token_id", None)]
     for name in ("vision_start_token", "vision_end_token"):
@@ -118,7 +118,7 @@ class _ChatProcessor:
     tokens with the processor's `offset_mapping` and `text_replacement_offsets`.
     """
 
-    def __init__(self, processor, plan: LossPlan):
+    def __init__(self, processor, plan: LossPlan | None):
         self._processor = processor
         self._plan = plan
 
@@ -138,7 +138,7 @@ class _ChatProcessor:
         if metadata:
             processor_kwargs |= {"video_metadata": metadata, "do_sample_frames": False}
         turns = return_assistant_tokens_mask and self._plan.mode == "turns"
-        rendered = self._render_rows(conversations, turns)
+        rendered = self._render_rows(conversations, turns) if return_assistant_tokens_mask else None
         if turns:
             processor_kwargs |= {"return_offsets_mapping": True, "return_text_replacement_offsets": True}
         output = self._processor.apply_chat_template(
@@ -173,6 +173,18 @@ class _ChatProcessor:
             except RENDER_FAILURES as error:
                 raise _RowFailure(row, why_unusable(error)) from None
         return rendered
+
+
+def encode_prompts(processor, conversations: list[list[dict[str, Any]]]):
+    """Chat prompts whose media are decoded (`messages_with_media`) as the processor's padded tensors, each
+    ending with the generation prompt: the same clip timing and token types as SFT batches."""
+    return _ChatProcessor(processor, None).apply_chat_template(
+        conversations,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        processor_kwargs={"padding": True, "return_tensors": "pt"},
+    )
 
 
 def _with_frames(conversations: list[list[dict[str, Any]]]) -> tuple[list[list[dict[str, Any]]], list[dict]]:
@@ -220,34 +232,57 @@ class VisionLanguageCollator(DataCollatorForVisionLanguageModeling):
         return _truncate(batch, self.truncate_to, sources, self.media_token_ids)
 
     def _with_media(self, example: dict[str, Any], source: str) -> list[dict[str, Any]]:
-        """Messages with each placeholder carrying its decoded image (PIL) or clip (`VideoClip`)."""
-        pending = {"image": list(example.get("images") or []), "video": list(example.get("videos") or [])}
-        messages = []
-        for message in example["messages"]:
-            content = message["content"]
-            if isinstance(content, str):
-                content = [{"type": "text", "text": content}]
-            parts = []
-            for part in content:
-                kind = part["type"]
-                if kind in MEDIA:
-                    if not pending[kind]:
-                        raise DataError(f"{source}: more {kind} placeholders than {kind}s")
-                    parts.append({"type": kind, kind: self._decode(kind, pending[kind].pop(0), source)})
-                else:
-                    parts.append({"type": "text", "text": part["text"]})
-            messages.append({"role": message["role"], "content": parts})
-        for kind, left in pending.items():
-            if left:
-                raise DataError(f"{source}: {len(left)} {kind}(s) without a placeholder")
-        return messages
+        return messages_with_media(
+            example["messages"],
+            example.get("images"),
+            example.get("videos"),
+            source,
+            fps=self.fps,
+            max_frames=self.max_frames,
+            min_frames=self.min_frames,
+        )
 
-    def _decode(self, kind: str, item: Any, source: str):
-        try:
-            if kind == "image":
-                return load_image(item)
-            return load_video(item, self.fps, self.max_frames, self.min_frames)
-        except Exception as error:  # a file that changed since loading: name the sample, in one line
-            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            name = item if isinstance(item, str) else "(embedded)"
-            raise DataError(f"{source}: cannot decode {kind} {name}: {reason}") from None
+
+def messages_with_media(
+    messages: list[dict[str, Any]],
+    images: list | None,
+    videos: list | None,
+    source: str,
+    *,
+    fps: float,
+    max_frames: int,
+    min_frames: int = 1,
+) -> list[dict[str, Any]]:
+    """Messages with each placeholder carrying its decoded image (PIL) or clip (`VideoClip`), in order."""
+    pending = {"image": list(images or []), "video": list(videos or [])}
+    decoded = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        parts = []
+        for part in content:
+            kind = part["type"]
+            if kind in MEDIA:
+                if not pending[kind]:
+                    raise DataError(f"{source}: more {kind} placeholders than {kind}s")
+                item = pending[kind].pop(0)
+                parts.append({"type": kind, kind: _decode(kind, item, source, fps, max_frames, min_frames)})
+            else:
+                parts.append({"type": "text", "text": part["text"]})
+        decoded.append({"role": message["role"], "content": parts})
+    for kind, left in pending.items():
+        if left:
+            raise DataError(f"{source}: {len(left)} {kind}(s) without a placeholder")
+    return decoded
+
+
+def _decode(kind: str, item: Any, source: str, fps: float, max_frames: int, min_frames: int):
+    try:
+        if kind == "image":
+            return load_image(item)
+        return load_video(item, fps, max_frames, min_frames)
+    except Exception as error:  # a file that changed since loading: name the sample, in one line
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        name = item if isinstance(item, str) else "(embedded)"
+        raise DataError(f"{source}: cannot decode {kind} {name}: {reason}") from None

@@ -206,7 +206,11 @@ def _hf_records(data) -> Iterator[tuple[str, Any]]:
 
 
 def _normalize(
-    record: Any, media_root: Path, system_prompt: str | None, checked: dict[str, object]
+    record: Any,
+    media_root: Path,
+    system_prompt: str | None,
+    checked: dict[str, object],
+    require_assistant: bool = True,
 ) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise _BadRecord(f"expected an object, got {type(record).__name__}")
@@ -222,7 +226,7 @@ def _normalize(
     if not turns:
         raise _BadRecord("empty conversation")
     messages = [parse_turn(turn, f"{key}[{n}]") for n, turn in enumerate(turns)]
-    if not any(message["role"] == "assistant" for message in messages):
+    if require_assistant and not any(message["role"] == "assistant" for message in messages):
         raise _BadRecord("no assistant turn")
 
     tagged = key == "conversations"

@@ -1,0 +1,133 @@
+"""Prompt data for RL (GRPO): JSONL prompts, LLaVA-style records with images or video, `datasets` data.
+
+A record is one of:
+- `{"prompt": "text", ...}`: a plain-text prompt (completions are then plain text too);
+- `{"prompt": [messages], ...}`: a chat prompt, content as a string or typed parts as in SFT data;
+- `{"conversations": [...]}` / `{"messages": [...]}`: an SFT-style conversation whose final assistant turn,
+  if any, is the reference answer (the `solution` column, unless the record has one).
+Media come from `image(s)` / `video(s)` keys (LLaVA `<image>` / `<video>` tags or typed placeholders mark
+where). Every other key is an extra column that reaches the reward functions as it is.
+
+Rows: `prompt`, `prompt_images` and `prompt_videos` (absolute paths, or embedded image structs, in
+placeholder order), `source` and the extra columns. Problems are reported like SFT's (`loading.py`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cosmos_train.data.loading import (
+    DataError,
+    DataReport,
+    _BadRecord,
+    _hf_records,
+    _jsonl_records,
+    _llava_records,
+    _normalize,
+    logger,
+)
+
+_STRUCTURE = {"prompt", "conversations", "messages", "images", "image", "videos", "video"}
+SOLUTION = "solution"
+
+
+def load_prompts(data) -> tuple[Any, DataReport]:
+    """`data` is the `[data]` section of an RL job (`grpo_config.PromptData`); returns a `datasets.Dataset`
+    and the `DataReport`."""
+    if data.format == "jsonl":
+        records, root = _jsonl_records(data.path), Path(data.path).parent
+    elif data.format == "llava":
+        records, root = _llava_records(data.path), Path(data.path).parent
+    elif data.format == "hf":
+        records, root = _hf_records(data), Path.cwd()
+    else:
+        raise DataError(f"{data.path}: unknown data format {data.format!r}")
+    media_root = Path(data.media_dir) if data.media_dir else root
+
+    report, rows, checked = DataReport(), [], {}
+    for source, record in records:
+        report.total += 1
+        try:
+            if isinstance(record, _BadRecord):
+                raise record
+            row = _prompt_row(record, media_root, data.system_prompt, checked)
+        except _BadRecord as bad:
+            problem = f"{source}: {bad}"
+            if not data.skip_bad:
+                raise DataError(problem) from None
+            report.skipped += 1
+            report.problems.append(problem)
+            continue
+        row["source"] = source
+        rows.append(row)
+        report.kept += 1
+    if report.skipped:
+        logger.warning(
+            "skipped %d of %d records (first: %s)", report.skipped, report.total, report.problems[0]
+        )
+    if not rows:
+        detail = f" (skipped {report.skipped}; first: {report.problems[0]})" if report.problems else ""
+        raise DataError(f"{data.path}: no usable prompts{detail}")
+    return _to_dataset(rows, data.path), report
+
+
+def _prompt_row(record: Any, media_root: Path, system_prompt: str | None, checked: dict) -> dict[str, Any]:
+    if not isinstance(record, dict):
+        raise _BadRecord(f"expected an object, got {type(record).__name__}")
+    extras = {key: value for key, value in record.items() if key not in _STRUCTURE}
+    media = {
+        key: record[key] for key in ("images", "image", "videos", "video") if record.get(key) is not None
+    }
+    prompt = record.get("prompt")
+    if prompt is not None:
+        if isinstance(prompt, str) and not media and not system_prompt:
+            return {"prompt": prompt, "prompt_images": [], "prompt_videos": [], **extras}
+        if isinstance(prompt, str):
+            prompt = [{"role": "user", "content": prompt}]
+        if not isinstance(prompt, list):
+            raise _BadRecord(f"'prompt' is neither text nor a list of messages ({type(prompt).__name__})")
+        row = _normalize(
+            {"messages": prompt, **media}, media_root, system_prompt, checked, require_assistant=False
+        )
+    elif record.get("conversations") is not None or record.get("messages") is not None:
+        row = _normalize(record, media_root, system_prompt, checked, require_assistant=False)
+        answer = []
+        while row["messages"] and row["messages"][-1]["role"] == "assistant":
+            answer.insert(0, _text(row["messages"].pop()))
+        if answer and SOLUTION not in extras:
+            extras[SOLUTION] = "\n".join(answer)
+    else:
+        raise _BadRecord("no 'prompt', 'conversations' or 'messages'")
+    if not any(message["role"] == "user" for message in row["messages"]):
+        raise _BadRecord("the prompt has no user turn")
+    return {
+        "prompt": row["messages"],
+        "prompt_images": row["images"],
+        "prompt_videos": row["videos"],
+        **extras,
+    }
+
+
+def _text(message: dict[str, Any]) -> str:
+    return "".join(part.get("text") or "" for part in message["content"] if part["type"] == "text")
+
+
+def _to_dataset(rows: list[dict[str, Any]], path: str):
+    from datasets import Dataset
+
+    chat = [row for row in rows if not isinstance(row["prompt"], str)]
+    if chat and len(chat) != len(rows):  # one column type: plain prompts become one user turn
+        for row in rows:
+            if isinstance(row["prompt"], str):
+                row["prompt"] = [{"role": "user", "content": [{"type": "text", "text": row["prompt"]}]}]
+    if any(isinstance(image, dict) for row in rows for image in row["prompt_images"]):
+        for row in rows:
+            row["prompt_images"] = [
+                i if isinstance(i, dict) else {"path": i, "bytes": None} for i in row["prompt_images"]
+            ]
+    try:
+        return Dataset.from_list(rows)
+    except Exception as error:  # pyarrow: a column whose type differs between records
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise DataError(f"{path}: extra columns must have one type across records ({reason})") from None

@@ -1,0 +1,136 @@
+"""The GRPO job (`kind = "grpo"`): its schema, and its mapping onto TRL's `GRPOConfig`.
+
+`[train]` takes `GRPOConfig` fields verbatim (`num_generations`, `max_completion_length`, `beta`,
+`loss_type`, `importance_sampling_level`, `epsilon_high`, `scale_rewards`, `use_vllm`, `vllm_mode`, ...),
+type- and range-checked. `[rewards]` maps reward names to weights (`cosmos_train.rewards`); it owns
+`GRPOConfig.reward_weights`. `[rollout]` holds what TRL lacks: DAPO's dynamic sampling.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+from trl import GRPOConfig
+
+from ..config import (
+    ConfigError,
+    JobPath,
+    JobSchema,
+    LoraSection,
+    ModelSection,
+    Section,
+    build_training_arguments,
+    trainer_section,
+)
+from ..launch import backend_arguments, device_defaults
+from ..rewards import RewardSpec, check_reward_name
+
+
+class PromptData(Section):
+    """`[data]`: prompts in JSONL, LLaVA JSON (images or video) or a `datasets` dataset (`data/prompts.py`)."""
+
+    format: Literal["jsonl", "llava", "hf"]
+    path: Annotated[str, JobPath(hub_id=True)] = Field(
+        description="JSON/JSONL file, a saved datasets folder, or a hub dataset name."
+    )
+    media_dir: Annotated[str | None, JobPath()] = Field(
+        default=None, description="Folder that image/video paths are relative to."
+    )
+    split: str = "train"
+    system_prompt: str | None = None
+    fps: float = Field(2.0, gt=0, description="Frames per second sampled from videos.")
+    max_frames: int = Field(16, gt=0, description="Cap on frames per video.")
+    skip_bad: bool = Field(False, description="Skip and count bad records instead of failing.")
+
+    @model_validator(mode="after")
+    def _local_files_exist(self):
+        if self.format != "hf" and not Path(self.path).is_file():
+            raise ValueError(f"path {self.path} does not exist")
+        if self.media_dir is not None and not Path(self.media_dir).is_dir():
+            raise ValueError(f"media_dir {self.media_dir} does not exist")
+        return self
+
+
+class RewardEntry(Section):
+    """A reward given as a table: its weight and the reward's own parameters."""
+
+    model_config = {**Section.model_config, "extra": "allow"}
+    weight: float = 1.0
+
+
+class RolloutSection(Section):
+    """`[rollout]`: rollout features TRL lacks."""
+
+    dynamic_sampling: bool = Field(
+        False, description="DAPO: drop groups whose rewards have zero spread and refill with new prompts."
+    )
+    max_resample_rounds: int = Field(
+        3, ge=1, description="Extra generation rounds per batch that dynamic sampling may spend."
+    )
+
+
+GRPOTrainSection = trainer_section(
+    GRPOConfig,
+    name="GRPOTrainSection",
+    overrides={
+        "output_dir": (str, ...),
+        "resume_from_checkpoint": (bool, None),
+    },
+)
+
+
+class GRPOJob(JobSchema):
+    kind: Literal["grpo"] = "grpo"
+    model: ModelSection
+    lora: LoraSection | None = None
+    data: PromptData
+    rewards: dict[str, float | RewardEntry] = Field(min_length=1)
+    rollout: RolloutSection = RolloutSection()
+    train: GRPOTrainSection
+
+    @field_validator("rewards")
+    @classmethod
+    def _known_rewards(cls, rewards: dict[str, Any]) -> dict[str, Any]:
+        for name in rewards:
+            try:
+                check_reward_name(name)
+            except ValueError as error:
+                raise ValueError(f"{error}") from None
+        return rewards
+
+    def reward_specs(self) -> list[RewardSpec]:
+        specs = []
+        for name, entry in self.rewards.items():
+            if isinstance(entry, float):
+                specs.append(RewardSpec(name, entry, {}))
+            else:
+                specs.append(RewardSpec(name, entry.weight, dict(entry.model_extra or {})))
+        return specs
+
+    def training_arguments(self, source: str) -> GRPOConfig:
+        forced: dict[str, Any] = {
+            "reward_weights": [spec.weight for spec in self.reward_specs()],
+            "model_init_kwargs": None,
+            # Prompt media and the reward columns travel with each row.
+            "remove_unused_columns": False,
+            **backend_arguments(self.launch.backend),
+        }
+        arguments = build_training_arguments(
+            GRPOConfig,
+            self.train,
+            source,
+            forced=forced,
+            defaults=device_defaults(self.launch.backend, source),
+            exclude=("resume_from_checkpoint",),
+        )
+        if self.rollout.dynamic_sampling:
+            local = arguments.per_device_train_batch_size * arguments.steps_per_generation
+            if local % arguments.num_generations:
+                raise ConfigError(
+                    f"{source}: [rollout] dynamic_sampling keeps whole groups on each process, so "
+                    f"per_device_train_batch_size x steps_per_generation ({local}) must be a multiple of "
+                    f"num_generations ({arguments.num_generations})"
+                )
+        return arguments

@@ -1,0 +1,381 @@
+"""GRPO on TRL's `GRPOTrainer`, for text LMs, VLMs and the Cosmos3 reasoner, with video prompts.
+
+The story of a run (`run_grpo`), once `read_job` has validated the job and built its `GRPOConfig`
+(`grpo_config.py`):
+1. build the rewards, so that a bad reward or a reward service that is down fails before any model loads;
+2. load the model and the prompts;
+3. hand them to TRL, which samples `num_generations` completions per prompt, scores them and updates;
+4. train and save on the shared skeleton (`common.train_and_save`).
+
+What `CosmosGRPOTrainer` adds to TRL's trainer:
+- **Prompt media, video included** (TRL's GRPO takes dataset images only). Each row's images and videos are
+  decoded with the SFT data machinery (`fps` / `max_frames`) and encoded by the model's processor once per
+  rollout. The same tensors feed generation and every log-prob forward (old policy, reference, loss):
+  they travel with the rollout as one entry per row (`prompt_media`), so TRL's shuffling and splitting keep
+  them with their row.
+- **Dynamic sampling** (DAPO, `[rollout] dynamic_sampling`): groups whose rewards have no spread teach
+  nothing; they are dropped and the batch is refilled with fresh prompts, for up to `max_resample_rounds`
+  extra rounds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+from trl.trainer.utils import pad
+
+from ..data import DataError
+from ..data.collate import encode_prompts, media_token_ids, messages_with_media
+from ..data.prompts import load_prompts
+from ..jobs import Job
+from ..models import load_model, lora_config
+from ..rewards import build_rewards
+from .common import CrashSafeTrainerMixin, train_and_save
+from .grpo_config import PromptData, RolloutSection
+
+logger = logging.getLogger(__name__)
+
+# Processor outputs with one row per patch (split per media item by its grid) and their grid keys.
+_PATCH_ROWS = {"pixel_values": "image_grid_thw", "pixel_values_videos": "video_grid_thw"}
+_TOKEN_TYPES = "mm_token_type_ids"
+
+
+class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
+    """TRL's `GRPOTrainer` with video/image prompts, dynamic sampling, crash-safe checkpoints and a stop on
+    non-finite loss.
+
+    `data` (the job's `[data]`) sets how prompt videos are sampled; `rollout` (`[rollout]`) turns on
+    dynamic sampling. Rows carry media as `prompt_images` / `prompt_videos` (see `data/prompts.py`).
+    """
+
+    def __init__(
+        self, *args, data: PromptData | None = None, rollout: RolloutSection | None = None, **kwargs
+    ):
+        super().__init__(*args, **kwargs)
+        self.prompt_data = data
+        self.rollout = rollout or RolloutSection()
+        self._forward_media: list[dict[str, Any]] | None = None  # per-row media of the batch being scored
+        self._last_rewards: torch.Tensor | None = None  # gathered rewards of the last rollout
+        if self._is_vlm and not self.use_vllm:
+            self._suppress_media_tokens()
+
+    def _suppress_media_tokens(self) -> None:
+        """A sampled media token would not match the prompt's media features in the loss forward: TRL
+        suppresses the image token; videos and the vision start/end markers need the same."""
+        media = media_token_ids(self.processing_class).tolist()
+        suppressed = sorted(set(self.generation_kwargs.get("suppress_tokens") or []) | set(media))
+        self.generation_kwargs["suppress_tokens"] = suppressed
+        self.generation_config.suppress_tokens = suppressed
+
+    # --- rollouts -------------------------------------------------------------------------------------
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.model.training and self.rollout.dynamic_sampling:
+            return self._dynamic_sampling(inputs)
+        return self._scored_rollout(inputs)
+
+    def _scored_rollout(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """One TRL rollout (generate, score, old/reference log-probs), with the rows' media decoded."""
+        if self._is_vlm and any(row.get("prompt_images") or row.get("prompt_videos") for row in inputs):
+            inputs = [{**row, "prompt": self._decoded_prompt(row)} for row in inputs]
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            if self._forward_media is not None:
+                output["prompt_media"] = self._forward_media
+        finally:
+            self._forward_media = None
+        return output
+
+    def _decoded_prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        video_processor = getattr(self.processing_class, "video_processor", None)
+        return messages_with_media(
+            row["prompt"],
+            row.get("prompt_images"),
+            row.get("prompt_videos"),
+            row.get("source", "prompt"),
+            fps=self.prompt_data.fps if self.prompt_data else 2.0,
+            max_frames=self.prompt_data.max_frames if self.prompt_data else 16,
+            # The Qwen-VL video processors reject clips shorter than one temporal patch.
+            min_frames=getattr(video_processor, "temporal_patch_size", None) or 1,
+        )
+
+    def _tokenize_prompts(self, prompts: list):
+        if not self._has_decoded_media(prompts):
+            return super()._tokenize_prompts(prompts)
+        encoded = encode_prompts(self.processing_class, prompts)
+        lengths = encoded["attention_mask"].sum(dim=1).tolist()
+        # The processor pads on its tokenizer's side; TRL wants each prompt's ids unpadded.
+        keep = encoded["attention_mask"].bool()
+        prompt_ids = [ids[row].tolist() for ids, row in zip(encoded["input_ids"], keep, strict=True)]
+        media = _split_media_per_row(encoded, prompts, keep)
+        self._forward_media = media
+        fields = {key: value for key, value in encoded.items() if key not in ("input_ids", "attention_mask")}
+        if _TOKEN_TYPES in fields:  # per-token: unpadded lists, which TRL left-pads with the ids
+            fields[_TOKEN_TYPES] = [entry[_TOKEN_TYPES] for entry in media]
+        assert [len(ids) for ids in prompt_ids] == lengths
+        # No `images`: TRL would re-encode them for its own (image-only) forward; ours carries `prompt_media`.
+        return prompt_ids, None, fields
+
+    @staticmethod
+    def _has_decoded_media(prompts: list) -> bool:
+        return any(
+            isinstance(message.get("content"), list)
+            and any(part.get("type") in ("image", "video") for part in message["content"])
+            for prompt in prompts
+            if isinstance(prompt, list)
+            for message in prompt
+        )
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards = rewards_per_func
+        return rewards_per_func
+
+    # --- log-probs with the prompt media --------------------------------------------------------------
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        with self._media_for_forward(inputs.get("prompt_media")):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    @contextlib.contextmanager
+    def _media_for_forward(self, media: list[dict[str, Any]] | None) -> Iterator[None]:
+        previous, self._forward_media = self._forward_media, media
+        try:
+            yield
+        finally:
+            self._forward_media = previous
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **image_inputs,
+    ):
+        media = self._forward_media
+        if media is None:
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **image_inputs,
+            )
+        # TRL's loop, with each chunk's rows' media (TRL's takes images only).
+        batch_size = batch_size or input_ids.size(0)
+        prompt_length = input_ids.size(1) - logits_to_keep
+        logps, entropies, aux_losses = [], [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            end = min(start + batch_size, input_ids.size(0))
+            ids = input_ids[start:end]
+            inputs = {
+                "input_ids": ids,
+                "attention_mask": attention_mask[start:end],
+                **_batch_media(media[start:end], prompt_length, ids.size(1), ids.device),
+            }
+            if compute_aux_loss:
+                inputs["output_router_logits"] = True
+            labels = ids.masked_fill(attention_mask[start:end] == 0, -100)
+            labels[:, :-logits_to_keep] = -100
+            with self.accelerator.autocast():
+                outputs = model(**inputs, labels=labels, fused_lm_head=True)
+            logps.append(outputs.log_probs[:, -logits_to_keep:])
+            if compute_entropy:
+                entropies.append(outputs.entropy[:, -logits_to_keep:])
+            if compute_aux_loss:
+                aux_losses.append(outputs.aux_loss)
+        return (
+            torch.cat(logps),
+            torch.cat(entropies) if compute_entropy else None,
+            torch.stack(aux_losses).mean() if compute_aux_loss else None,
+        )
+
+    # --- dynamic sampling (DAPO) -----------------------------------------------------------------------
+
+    def _dynamic_sampling(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Keep the groups whose rewards differ; refill from fresh prompts for up to `max_resample_rounds`.
+
+        Groups stay on their process (the config checks the local batch holds whole groups), and every
+        process runs the same number of rounds, since each rollout gathers rewards across processes.
+        """
+        size = self.num_generations
+        wanted = len(inputs) // size
+        informative: list[tuple[dict[str, Any], list[int]]] = []
+        uninformative: list[tuple[dict[str, Any], list[int]]] = []
+        rounds, dropped, batch = 0, 0, inputs
+        while True:
+            output = self._scored_rollout(batch)
+            spread = self._group_has_spread(len(batch))
+            for group, has_spread in enumerate(spread.tolist()):
+                rows = list(range(group * size, (group + 1) * size))
+                (informative if has_spread else uninformative).append((output, rows))
+            dropped += int((~spread).sum())
+            done = torch.tensor([float(len(informative) >= wanted)], device=self.accelerator.device)
+            if (
+                self.accelerator.gather(done).min().item() == 1.0
+                or rounds == self.rollout.max_resample_rounds
+            ):
+                break
+            rounds += 1
+            batch = self._fresh_groups(wanted, rounds)
+        chosen = (informative + uninformative)[:wanted]  # short of informative groups: zero-advantage ones
+        merged = _merge_rollouts(chosen, self._tokenizer.pad_token_id)
+        loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
+        merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/dropped_groups"].append(float(dropped))
+        metrics["dynamic_sampling/extra_rounds"].append(float(rounds))
+        metrics["dynamic_sampling/zero_spread_groups_kept"].append(float(max(0, wanted - len(informative))))
+        return merged
+
+    def _group_has_spread(self, rows: int) -> torch.Tensor:
+        """Per local group: do its (weighted, summed) rewards differ? Computed as TRL computes advantages."""
+        rewards = (self._last_rewards * self.reward_weights.to(self._last_rewards.device)).nansum(dim=1)
+        index = self.accelerator.process_index
+        local = rewards[index * rows : (index + 1) * rows].view(-1, self.num_generations)
+        std = local.std(dim=1)
+        return ~torch.isclose(std, torch.zeros_like(std))
+
+    def _fresh_groups(self, groups: int, round_index: int) -> list[dict[str, Any]]:
+        """`groups` prompts drawn from the dataset (seeded by step, round and process, so a resumed run draws
+        the same), each repeated `num_generations` times as TRL's sampler does."""
+        seed = hash((self.args.seed, self.state.global_step, round_index, self.accelerator.process_index))
+        generator = torch.Generator().manual_seed(seed % (2**63))
+        picks = torch.randint(len(self.train_dataset), (groups,), generator=generator).tolist()
+        return [dict(self.train_dataset[i]) for i in picks for _ in range(self.num_generations)]
+
+
+def _split_media_per_row(encoded, prompts: list, keep: torch.Tensor) -> list[dict[str, Any]]:
+    """The processor's batch tensors cut into one dict per prompt (patch rows by their grids)."""
+    counts = {
+        key: [sum(part.get("type") == kind for m in p for part in _parts(m)) for p in prompts]
+        for key, kind in (("pixel_values", "image"), ("pixel_values_videos", "video"))
+    }
+    rows: list[dict[str, Any]] = [{} for _ in prompts]
+    for key, grid_key in _PATCH_ROWS.items():
+        if key not in encoded:
+            continue
+        grids = encoded[grid_key]
+        patches = grids.prod(dim=-1).tolist()
+        item = patch = 0
+        for row, count in enumerate(counts[key]):
+            span = sum(patches[item : item + count])
+            rows[row][key] = encoded[key][patch : patch + span]
+            rows[row][grid_key] = grids[item : item + count]
+            item, patch = item + count, patch + span
+    if _TOKEN_TYPES in encoded:
+        for row, (types, mask) in enumerate(zip(encoded[_TOKEN_TYPES], keep, strict=True)):
+            rows[row][_TOKEN_TYPES] = types[mask].tolist()
+    unknown = set(encoded) - {
+        "input_ids",
+        "attention_mask",
+        _TOKEN_TYPES,
+        *_PATCH_ROWS,
+        *_PATCH_ROWS.values(),
+    }
+    if unknown:
+        raise DataError(
+            f"GRPO prompt media: the processor returned {sorted(unknown)}, which cosmos-train cannot split per prompt yet"
+        )
+    return rows
+
+
+def _parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    return content if isinstance(content, list) else []
+
+
+def _batch_media(
+    media: list[dict[str, Any]], prompt_length: int, length: int, device
+) -> dict[str, torch.Tensor]:
+    """Model inputs for a chunk of rows: patch tensors concatenated, token types placed like the prompts
+    (left-padded to `prompt_length`, zeros over the completion)."""
+    inputs: dict[str, torch.Tensor] = {}
+    for key in (*_PATCH_ROWS, *_PATCH_ROWS.values()):
+        pieces = [row[key] for row in media if key in row and len(row[key])]
+        if pieces:
+            inputs[key] = torch.cat(pieces).to(device)
+    if any(_TOKEN_TYPES in row for row in media):
+        types = torch.zeros(len(media), length, dtype=torch.long, device=device)
+        for index, row in enumerate(media):
+            values = row.get(_TOKEN_TYPES, [])
+            if values:
+                types[index, prompt_length - len(values) : prompt_length] = torch.tensor(
+                    values, device=device
+                )
+        inputs[_TOKEN_TYPES] = types
+    return inputs
+
+
+# Rollout tensors and how they pad when rollouts are merged: prompts on the left, completions on the right.
+_LEFT = {"prompt_ids", "prompt_mask"}
+
+
+def _merge_rollouts(chosen: list[tuple[dict[str, Any], list[int]]], pad_token_id: int) -> dict[str, Any]:
+    """One rollout from rows of several (dynamic sampling), re-padded to a common width."""
+    keys = [key for key in chosen[0][0] if key != "num_items_in_batch"]
+    merged: dict[str, Any] = {}
+    for key in keys:
+        values = [(output[key], rows) for output, rows in chosen]
+        if isinstance(values[0][0], list):
+            merged[key] = [value[i] for value, rows in values for i in rows]
+            continue
+        pieces = [value[rows] for value, rows in values]
+        if pieces[0].dim() == 1 or all(p.size(1) == pieces[0].size(1) for p in pieces):
+            merged[key] = torch.cat(pieces)
+            continue
+        fill = pad_token_id if key.endswith("_ids") else 0
+        side = "left" if key in _LEFT else "right"
+        merged[key] = pad([row for piece in pieces for row in piece], padding_value=fill, padding_side=side)
+    return merged
+
+
+def run_grpo(job: Job, callbacks: list | None = None) -> CosmosGRPOTrainer:
+    """Run a GRPO job (from `cosmos_train.jobs.read_job`); the final model is in `job.args.output_dir`."""
+    config = job.config
+    rewards = build_rewards(
+        config.reward_specs(), train={"max_completion_length": job.args.max_completion_length}
+    )
+    loaded = load_model(config.model)
+    dataset, report = load_prompts(config.data)
+    logger.info("training on %d prompts (%d skipped)", report.kept, report.skipped)
+    if not loaded.is_vision_language:
+        dataset = _text_only(dataset)
+
+    trainer = CosmosGRPOTrainer(
+        model=loaded.model,
+        reward_funcs=rewards,
+        args=job.args,
+        train_dataset=dataset,
+        processing_class=loaded.processing_class,
+        peft_config=lora_config(config.lora, loaded.is_vision_language) if config.lora else None,
+        callbacks=callbacks,
+        data=config.data,
+        rollout=config.rollout,
+    )
+    train_and_save(trainer, job, loaded.processing_class)
+    return trainer
+
+
+def _text_only(dataset):
+    """Chat prompts as plain-string messages for a text LM; media are an error naming the record."""
+    from ..data import to_text_messages
+
+    if isinstance(dataset[0]["prompt"], str):
+        return dataset
+    for row in dataset:
+        if row["prompt_images"] or row["prompt_videos"]:
+            raise DataError(f"{row['source']}: has media but the model is text-only")
+    return dataset.map(lambda row: {"prompt": to_text_messages(row["prompt"], row["source"])})
