@@ -406,6 +406,13 @@ def _one_line(error: ValidationError, schema: type[JobSchema], source: str) -> C
         return ConfigError(
             f"{source}: unknown section [{section}]{_suggest(section, list(schema.model_fields))}"
         )
+    field = schema.model_fields.get(section)
+    if model is None and field is not None and typing.get_origin(field.annotation) is dict:
+        # A section that is a table of names (`[rewards]`): its keys are data, not fields.
+        where = f" {key}:" if key else ""
+        if kind == "missing":
+            return ConfigError(f"{source}: missing section [{section}]")
+        return ConfigError(f"{source}: [{section}]{where} {message}{got}")
     if len(loc) == 1 and model is None:  # a top-level key such as `kind`
         return ConfigError(f"{source}: {section}: {message}{got}")
     if len(loc) == 1 and kind == "missing":

@@ -19,8 +19,11 @@ import functools
 import importlib
 import inspect
 import math
+import numbers
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .remote import RemoteRewardClient, RemoteRewardError, RemoteTextReward
@@ -41,6 +44,7 @@ __all__ = [
     "RemoteRewardError",
     "RewardError",
     "build_rewards",
+    "check_reward",
     "check_reward_name",
 ]
 
@@ -56,6 +60,7 @@ class Builtin:
     summary: str
     requires: str | None = None  # an optional package it needs ("math-verify")
     defaults_from_train: dict[str, str] = field(default_factory=dict)  # parameter -> [train] key
+    positive: tuple[str, ...] = ()  # parameters that must be > 0
 
 
 def _partial(function: Callable) -> Callable[..., Callable]:
@@ -71,21 +76,36 @@ def _partial(function: Callable) -> Callable[..., Callable]:
     return make
 
 
+# What TRL passes to every reward: never a job parameter.
+_CALL_ARGUMENTS = {
+    "prompts",
+    "completions",
+    "completion_ids",
+    "solution",
+    "log_extra",
+    "log_metric",
+    "trainer_state",
+}
+
+
 def _trl(name: str, factory: bool = False) -> Callable[..., Callable]:
-    """A `trl.rewards` reward (or reward factory), taking plain-text completions too."""
+    """A `trl.rewards` reward (or reward factory), taking plain-text completions too. A factory's arguments,
+    or a reward's own options (`reasoning_delimiters`), are the job's parameters."""
 
     def make(**parameters: Any) -> Callable:
         import trl.rewards
 
         reward = getattr(trl.rewards, name)
-        return conversational(reward(**parameters) if factory else reward)
+        if factory:
+            return conversational(reward(**parameters))
+        return conversational(functools.partial(reward, **parameters) if parameters else reward)
 
     def signature() -> inspect.Signature:
         import trl.rewards
 
-        target = getattr(trl.rewards, name)
-        params = inspect.signature(target).parameters.values()
-        return inspect.Signature([p for p in params if factory or p.kind == p.KEYWORD_ONLY])
+        params = inspect.signature(getattr(trl.rewards, name)).parameters.values()
+        own = [p for p in params if p.kind != p.VAR_KEYWORD and p.name not in _CALL_ARGUMENTS]
+        return inspect.Signature([p.replace(kind=p.KEYWORD_ONLY) for p in own])
 
     make.signature = signature  # type: ignore[attr-defined]
     return make
@@ -121,6 +141,7 @@ BUILTINS: dict[str, Builtin] = {
         "completion_ids",
         "DAPO's soft overlong punishment (TRL)",
         defaults_from_train={"max_completion_len": "max_completion_length"},
+        positive=("soft_punish_cache",),
     ),
     "format": Builtin(
         _partial(format_reward), "-", "<think>...</think><answer>...</answer>, tags configurable"
@@ -140,6 +161,27 @@ BUILTINS: dict[str, Builtin] = {
 def _signature(builtin: Builtin) -> inspect.Signature:
     make = builtin.make
     return make.signature() if hasattr(make, "signature") else inspect.signature(make)
+
+
+def check_reward(name: str, parameters: dict[str, Any] | None = None) -> None:
+    """Raise ValueError (one line) unless `name` is a built-in, `module:function` or `remote:<name>`, and
+    a built-in's `parameters` are ones it takes."""
+    check_reward_name(name)
+    if name in BUILTINS and parameters:
+        _check_parameters(name, parameters)
+
+
+def _check_parameters(name: str, parameters: dict[str, Any]) -> inspect.Signature:
+    signature = _signature(BUILTINS[name])
+    for key in parameters:
+        if key not in signature.parameters:
+            known = ", ".join(p for p in signature.parameters if p != "kwargs") or "none"
+            raise ValueError(f"{name}: unknown parameter '{key}' (it takes: {known})")
+    for key in BUILTINS[name].positive:
+        value = parameters.get(key)
+        if value is not None and (not isinstance(value, numbers.Real) or value <= 0):
+            raise ValueError(f"{name}: {key} must be a positive number (got {value!r})")
+    return signature
 
 
 def check_reward_name(name: str) -> None:
@@ -168,13 +210,17 @@ class RewardSpec:
 
 
 def build_rewards(
-    specs: list[RewardSpec], train: dict[str, Any] | None = None, client: RemoteRewardClient | None = None
+    specs: list[RewardSpec],
+    train: dict[str, Any] | None = None,
+    client: RemoteRewardClient | None = None,
+    search_path: str | Path | None = None,
 ) -> list[Callable]:
     """TRL reward functions for `specs`, in order, each checked (`CheckedReward`).
 
     `train` supplies defaults some built-ins take from `[train]` (e.g. `overlong`'s length). Remote rewards
     use `client` (from the `REMOTE_REWARD_*` environment when None), checked reachable here, so a service
-    that is down fails the run before any model loads.
+    that is down fails the run before any model loads. `module:function` rewards are imported from
+    `sys.path` or, failing that, from `search_path` (the job file's folder).
     """
     rewards: list[Callable] = []
     for spec in specs:
@@ -186,7 +232,7 @@ def build_rewards(
                 client.check_reachable()
             function = RemoteTextReward(spec.name.removeprefix("remote:"), client)
         elif ":" in spec.name:
-            function = _import_reward(spec)
+            function = _import_reward(spec, search_path)
         else:
             function = _make_builtin(spec, train or {})
         rewards.append(checked(spec.name, function))
@@ -202,15 +248,14 @@ def _make_builtin(spec: RewardSpec, train: dict[str, Any]) -> Callable:
             raise RewardError(
                 f"[rewards] {spec.name} needs math-verify: pip install 'cosmos-train[math]' (or math-verify)"
             )
-    signature = _signature(builtin)
     parameters = dict(spec.parameters)
     for parameter, key in builtin.defaults_from_train.items():
         if parameter not in parameters and train.get(key) is not None:
             parameters[parameter] = train[key]
-    for key in parameters:
-        if key not in signature.parameters:
-            known = ", ".join(p for p in signature.parameters if p != "kwargs") or "none"
-            raise RewardError(f"[rewards] {spec.name}: unknown parameter '{key}' (it takes: {known})")
+    try:
+        signature = _check_parameters(spec.name, parameters)
+    except ValueError as error:
+        raise RewardError(f"[rewards] {error}") from None
     try:
         signature.bind(**parameters)
     except TypeError as error:
@@ -218,10 +263,20 @@ def _make_builtin(spec: RewardSpec, train: dict[str, Any]) -> Callable:
     return builtin.make(**parameters)
 
 
-def _import_reward(spec: RewardSpec) -> Callable:
+def _import_reward(spec: RewardSpec, search_path: str | Path | None) -> Callable:
     module_name, _, attribute = spec.name.partition(":")
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if search_path is None or error.name != module_name.split(".")[0]:
+            raise RewardError(f"[rewards] {spec.name}: cannot import {module_name} ({error})") from None
+        sys.path.append(str(search_path))  # kept: TRL may pickle the function by reference
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise RewardError(
+                f"[rewards] {spec.name}: cannot import {module_name} from sys.path or {search_path} ({error})"
+            ) from None
     except ImportError as error:
         raise RewardError(f"[rewards] {spec.name}: cannot import {module_name} ({error})") from None
     function = getattr(module, attribute, None)
@@ -240,7 +295,7 @@ def _check(name: str, values: Any, completions: list) -> list:
     for index, value in enumerate(values):
         if value is None:
             continue  # TRL's "not applicable to this sample"
-        if not isinstance(value, int | float) or math.isnan(value):
+        if not isinstance(value, numbers.Real) or math.isnan(value):
             shown = completion_text(completions[index]) if index < len(completions) else "?"
             raise RewardError(f"reward '{name}' returned {value!r} for completion {index}: {shown[:300]!r}")
     return list(values)

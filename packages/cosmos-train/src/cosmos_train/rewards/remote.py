@@ -76,18 +76,22 @@ class RemoteRewardClient:
         """Fail fast when the service is down or refuses the token, before a run loads its model."""
         import httpx
 
-        parts = urlsplit(self.enqueue_url)
+        where = urlsplit(self.enqueue_url).netloc or self.enqueue_url
         try:
             answer = httpx.get(self.enqueue_url, headers=self._headers(), timeout=min(self.timeout, 10.0))
-        except httpx.HTTPError as error:
+        except (httpx.HTTPError, ValueError) as error:
             raise RemoteRewardError(
-                f"reward service at {parts.scheme}://{parts.netloc} is not reachable ({type(error).__name__}: "
-                f"{error}); start it or fix REMOTE_REWARD_ENQUEUE_URL"
+                f"reward service at {where} is not reachable ({type(error).__name__}: {error}); "
+                "start it or fix REMOTE_REWARD_ENQUEUE_URL"
             ) from None
         if answer.status_code in (401, 403):
             raise RemoteRewardError(
-                f"reward service at {parts.netloc} refused the token (HTTP {answer.status_code}); "
-                "check REMOTE_REWARD_TOKEN"
+                f"reward service at {where} refused the token (HTTP {answer.status_code}); check REMOTE_REWARD_TOKEN"
+            )
+        if answer.status_code == 404 or answer.status_code >= 500:
+            raise RemoteRewardError(
+                f"reward service at {self.enqueue_url} answered HTTP {answer.status_code} ({_reason(answer)}); "
+                "check REMOTE_REWARD_ENQUEUE_URL and the service"
             )
 
     # --- the protocol -------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from ..config import (
     trainer_section,
 )
 from ..launch import backend_arguments, device_defaults
-from ..rewards import RewardSpec, check_reward_name
+from ..rewards import RewardSpec, check_reward
 
 
 class PromptData(Section):
@@ -77,6 +77,16 @@ GRPOTrainSection = trainer_section(
     overrides={
         "output_dir": (str, ...),
         "resume_from_checkpoint": (bool, None),
+        # Plain `str` fields in GRPOConfig whose values TRL checks only at run time (or not at all).
+        "vllm_mode": (Literal["colocate", "server"], None),
+        "loss_type": (Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"], None),
+        "importance_sampling_level": (Literal["token", "sequence"], None),
+        "scale_rewards": (Literal["group", "batch", "none"], None),
+        "multi_objective_aggregation": (Literal["sum_then_normalize", "normalize_then_sum"], None),
+        "vllm_importance_sampling_mode": (
+            Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"],
+            None,
+        ),
     },
 )
 
@@ -93,11 +103,8 @@ class GRPOJob(JobSchema):
     @field_validator("rewards")
     @classmethod
     def _known_rewards(cls, rewards: dict[str, Any]) -> dict[str, Any]:
-        for name in rewards:
-            try:
-                check_reward_name(name)
-            except ValueError as error:
-                raise ValueError(f"{error}") from None
+        for name, entry in rewards.items():
+            check_reward(name, None if isinstance(entry, float) else dict(entry.model_extra or {}))
         return rewards
 
     def reward_specs(self) -> list[RewardSpec]:

@@ -23,12 +23,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import pad
 
+from ..config import ConfigError
 from ..data import DataError
 from ..data.collate import encode_prompts, media_token_ids, messages_with_media
 from ..data.prompts import load_prompts
@@ -345,8 +347,17 @@ def _merge_rollouts(chosen: list[tuple[dict[str, Any], list[int]]], pad_token_id
 def run_grpo(job: Job, callbacks: list | None = None) -> CosmosGRPOTrainer:
     """Run a GRPO job (from `cosmos_train.jobs.read_job`); the final model is in `job.args.output_dir`."""
     config = job.config
+    if job.args.use_vllm:
+        from trl.import_utils import is_vllm_available
+
+        if not is_vllm_available():
+            raise ConfigError(
+                f"{job.source}: [train] use_vllm needs vLLM on a GPU machine (pip install vllm)"
+            )
     rewards = build_rewards(
-        config.reward_specs(), train={"max_completion_length": job.args.max_completion_length}
+        config.reward_specs(),
+        train={"max_completion_length": job.args.max_completion_length},
+        search_path=Path(job.source).resolve().parent,
     )
     loaded = load_model(config.model)
     dataset, report = load_prompts(config.data)

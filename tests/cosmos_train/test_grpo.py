@@ -1,0 +1,359 @@
+"""GRPO on tiny offline models: learning on toy tasks (text, image prompts), video prompts reaching both the
+rollout and the loss forward unchanged, TRL's variants, dynamic sampling, and failing rewards.
+
+The toy task is `examples/grpo/toy_rewards.py:lowercase`, the fraction of lowercase letters in the
+completion: a tiny random model starts near 0.1 and learns it within seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from sft_helpers import REPO, SHAPES
+from transformers import AutoProcessor, TrainerCallback
+
+from cosmos_train import testing as tiny
+from cosmos_train.data import load_video
+from cosmos_train.jobs import read_job
+from cosmos_train.rewards import RewardError
+from cosmos_train.trainers.grpo_trainer import _merge_rollouts, run_grpo
+
+TOY_REWARD = "toy_rewards:lowercase"
+LEARN = {
+    "max_steps": 20,
+    "learning_rate": 1e-2,
+    "per_device_train_batch_size": 8,
+    "num_generations": 8,
+    "max_completion_length": 16,
+    "beta": 0.0,
+}
+
+
+@pytest.fixture(autouse=True)
+def _toy_rewards_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "examples" / "grpo"))
+
+
+@pytest.fixture(scope="module")
+def text_lm(tmp_path_factory):
+    return tiny.save_tiny_text_lm(tmp_path_factory.mktemp("grpo") / "qwen3")
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory):
+    return tiny.save_tiny_vlm(tmp_path_factory.mktemp("grpo") / "qwen3_vl")
+
+
+@pytest.fixture(scope="module")
+def video_prompts(tmp_path_factory):
+    """Two video questions and one image question, LLaVA style, with reference answers."""
+    path = tmp_path_factory.mktemp("grpo-data") / "video.json"
+    records = [
+        {"video": "clip.mp4", "conversations": [{"from": "human", "value": "<video>\nWhat moves?"}, {"from": "gpt", "value": "A"}]},
+        {"video": "clip.mp4", "conversations": [{"from": "human", "value": "What color?\n<video>"}, {"from": "gpt", "value": "B"}]},
+        {"image": "images/red_square.png", "conversations": [{"from": "human", "value": "<image>\nShape?"}, {"from": "gpt", "value": "C"}]},
+    ]  # fmt: skip
+    path.write_text(json.dumps(records))
+    return path
+
+
+def grpo_job(folder, model, *, data=None, rewards=None, train=None, extra="", data_format="jsonl"):
+    data = data or SHAPES / "text.jsonl"
+    settings = {
+        "output_dir": str(folder / "run"),
+        "max_steps": 3,
+        "per_device_train_batch_size": 4,
+        "num_generations": 4,
+        "max_completion_length": 8,
+        "learning_rate": 1e-3,
+        "logging_steps": 1,
+        "save_steps": 1000,
+        "report_to": "none",
+        "seed": 0,
+    } | (train or {})
+    rewards = rewards or {TOY_REWARD: 1.0}
+    text = (
+        f'kind = "grpo"\n[model]\nname_or_path = "{model}"\n'
+        f'[data]\nformat = "{data_format}"\npath = "{data}"\nmedia_dir = "{SHAPES}"\nmax_frames = 4\n'
+        "[rewards]\n" + "".join(f'"{name}" = {weight}\n' for name, weight in rewards.items())
+        + "[train]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+        + extra
+    )  # fmt: skip
+    path = folder / "job.toml"
+    path.write_text(text)
+    return path
+
+
+def rewards_of(trainer) -> list[float]:
+    return [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
+
+
+def assert_learned(rewards: list[float], margin: float = 0.15) -> None:
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert last > first + margin, rewards
+
+
+def test_text_grpo_learns_the_toy_task(tmp_path, text_lm):
+    trainer = run_grpo(read_job(grpo_job(tmp_path, text_lm, train=LEARN)))
+    assert_learned(rewards_of(trainer))
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+
+
+def test_vlm_grpo_learns_on_image_prompts(tmp_path, vlm):
+    job = grpo_job(tmp_path, vlm, data=SHAPES / "llava.json", data_format="llava", train=LEARN)
+    trainer = run_grpo(read_job(job))
+    assert_learned(rewards_of(trainer))
+
+
+class _RecordVisionInputs(TrainerCallback):
+    """Every call of the vision tower: (gradients on, patches, grids). Generation encodes the media before
+    its first forward, so the tower, not the model's forward, sees what both the rollout and the loss use."""
+
+    def __init__(self):
+        self.calls = []
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        def record(module, call_args, call_kwargs):
+            patches = call_args[0] if call_args else call_kwargs["hidden_states"]
+            grids = call_args[1] if len(call_args) > 1 else call_kwargs["grid_thw"]
+            self.calls.append((torch.is_grad_enabled(), patches.detach().clone(), grids.clone()))
+
+        model.model.visual.register_forward_pre_hook(record, with_kwargs=True)
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "cosmos3"])
+def test_prompt_videos_reach_rollout_and_loss_forward_unchanged(tmp_path, family, vlm, video_prompts):
+    model = vlm if family == "qwen3_vl" else tiny.save_tiny_model("cosmos3", tmp_path / "cosmos3")
+    recorder = _RecordVisionInputs()
+    job = grpo_job(
+        tmp_path, model, data=video_prompts, data_format="llava",
+        train={"max_steps": 3, "per_device_train_batch_size": 3, "num_generations": 3, "beta": 0.04},
+    )  # fmt: skip
+    run_grpo(read_job(job), callbacks=[recorder])
+
+    # The clip as the model's own processor encodes it from our decoded frames (fps 2, at most 4 frames).
+    processor = AutoProcessor.from_pretrained(model)
+    clip = load_video(SHAPES / "clip.mp4", fps=2.0, max_frames=4, min_frames=2)
+    expected = processor.video_processor(
+        videos=[clip.frames], video_metadata=[clip.metadata()], do_sample_frames=False, return_tensors="pt"
+    )
+    video, video_grid = expected["pixel_values_videos"], expected["video_grid_thw"][0]
+
+    seen = {True: 0, False: 0}  # videos seen with gradients (loss) and without (rollout, reference)
+    for with_grad, patches, grids in recorder.calls:
+        for item, grid in zip(torch.split(patches, grids.prod(dim=-1).tolist()), grids, strict=True):
+            if grid[0] > 1:  # a clip (an image has one temporal patch)
+                assert torch.equal(grid, video_grid) and torch.equal(item, video)
+                seen[with_grad] += 1
+    assert seen[True] and seen[False], seen
+
+
+def test_variants_run_through_trl_options(tmp_path, text_lm):
+    """GRPO, DAPO (clip-higher, token-level loss, overlong shaping, dynamic sampling), Dr. GRPO, GSPO, KL."""
+    variants = {
+        "grpo": {"loss_type": "grpo"},
+        "dapo": {"loss_type": "dapo", "epsilon_high": 0.28, "mask_truncated_completions": False},
+        "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
+        "gspo": {"importance_sampling_level": "sequence", "loss_type": "grpo", "steps_per_generation": 2},
+        "kl": {"beta": 0.1},
+    }
+    for name, settings in variants.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        rewards = {TOY_REWARD: 1.0} | (
+            {"overlong": "{ weight = 0.5, soft_punish_cache = 4 }"} if name == "dapo" else {}
+        )
+        extra = "[rollout]\ndynamic_sampling = true\n" if name == "dapo" else ""
+        trainer = run_grpo(read_job(grpo_job(folder, text_lm, rewards=rewards, train=settings, extra=extra)))
+        logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+        assert len(logs) == 3 and all(math.isfinite(entry["loss"]) for entry in logs), name
+        assert "reward" in logs[0], name
+        for key, value in settings.items():
+            assert getattr(trainer.args, key) == value, (name, key)
+        if name == "dapo":
+            assert "rewards/overlong/mean" in logs[0] and "dynamic_sampling/dropped_groups" in logs[0]
+        if name == "kl":
+            assert trainer.ref_model is not None and any(entry["kl"] > 0 for entry in logs)
+        if name == "gspo":
+            assert trainer.importance_sampling_level == "sequence"
+
+
+def test_dynamic_sampling_trains_only_on_groups_with_reward_spread(tmp_path, text_lm, monkeypatch):
+    """Color questions get a constant reward (no spread); with dynamic sampling only the shape questions'
+    groups reach the loss, and the dropped groups are logged."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "split_rewards.py").write_text(
+        "from toy_rewards import lowercase\n"
+        "def lowercase_unless_color(prompts, completions, **kw):\n"
+        "    scores = lowercase(completions)\n"
+        "    return [0.5 if 'color' in str(p) else s for p, s in zip(prompts, scores)]\n"
+    )
+    train = {"max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4}
+    batches = []
+
+    def run(dynamic: bool):
+        folder = tmp_path / f"dynamic-{dynamic}"
+        folder.mkdir()
+        extra = f"[rollout]\ndynamic_sampling = {str(dynamic).lower()}\nmax_resample_rounds = 6\n"
+        job = grpo_job(
+            folder, text_lm, rewards={"split_rewards:lowercase_unless_color": 1.0}, train=train, extra=extra
+        )
+        trainer = run_grpo(read_job(job))
+        batches.append(trainer._buffered_inputs[0])
+        return trainer
+
+    filtered = run(True)
+    dropped = [
+        entry["dynamic_sampling/dropped_groups"] for entry in filtered.state.log_history if "reward" in entry
+    ]
+    kept_flat = [
+        entry["dynamic_sampling/zero_spread_groups_kept"]
+        for entry in filtered.state.log_history
+        if "reward" in entry
+    ]
+    assert sum(dropped) > 0 and kept_flat == [0.0, 0.0]
+    assert (batches[0]["advantages"] != 0).all()
+    run(False)
+    assert (batches[1]["advantages"] == 0).any()  # without the filter, flat groups train with zero advantage
+
+
+def test_merge_rollouts_repads_prompts_left_and_completions_right():
+    first = {
+        "prompt_ids": torch.tensor([[9, 1], [2, 3]]),
+        "prompt_mask": torch.tensor([[0, 1], [1, 1]]),
+        "completion_ids": torch.tensor([[5], [6]]),
+        "completion_mask": torch.tensor([[1], [1]]),
+        "advantages": torch.tensor([1.0, -1.0]),
+        "prompt_media": [{"a": 1}, {"a": 2}],
+        "num_items_in_batch": torch.tensor(2),
+    }
+    second = {
+        "prompt_ids": torch.tensor([[4, 4, 4]]),
+        "prompt_mask": torch.tensor([[1, 1, 1]]),
+        "completion_ids": torch.tensor([[7, 8]]),
+        "completion_mask": torch.tensor([[1, 1]]),
+        "advantages": torch.tensor([0.5]),
+        "prompt_media": [{"a": 3}],
+        "num_items_in_batch": torch.tensor(2),
+    }
+    merged = _merge_rollouts([(first, [1]), (second, [0])], pad_token_id=9)
+    assert merged["prompt_ids"].tolist() == [[9, 2, 3], [4, 4, 4]]
+    assert merged["prompt_mask"].tolist() == [[0, 1, 1], [1, 1, 1]]
+    assert merged["completion_ids"].tolist() == [[6, 9], [7, 8]]
+    assert merged["completion_mask"].tolist() == [[1, 0], [1, 1]]
+    assert merged["advantages"].tolist() == [-1.0, 0.5]
+    assert merged["prompt_media"] == [{"a": 2}, {"a": 3}]
+
+
+@pytest.mark.parametrize("failure", ["raises", "nan"])
+def test_failing_reward_stops_the_run_naming_reward_and_completion(tmp_path, text_lm, monkeypatch, failure):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    bad = "raise ValueError('cannot score')" if failure == "raises" else "return float('nan')"
+    module = f"bad_rewards_{failure}"  # one module per case: the import system caches modules by name
+    (tmp_path / f"{module}.py").write_text(
+        "def flaky(completions, **kw):\n"
+        "    def one(c):\n"
+        f"        if len(c[0]['content']) > 2: {bad}\n"
+        "        return 1.0\n"
+        "    return [one(c) for c in completions]\n"
+    )
+    job = grpo_job(tmp_path, text_lm, rewards={f"{module}:flaky": 1.0})
+    with pytest.raises(RewardError) as raised:
+        run_grpo(read_job(job))
+    message = str(raised.value)
+    assert f"reward '{module}:flaky'" in message and "completion 0: '" in message
+    assert ("cannot score" in message) if failure == "raises" else ("nan" in message)
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_grpo_learns_from_a_remote_reward(tmp_path, text_lm, monkeypatch):
+    """The toy reward hosted by an HTTP reward service (the contract's test double), scored asynchronously."""
+    from reward_service_double import serve
+
+    with serve(token="secret") as service:
+        monkeypatch.setenv("REMOTE_REWARD_ENQUEUE_URL", service.enqueue_url)
+        monkeypatch.setenv("REMOTE_REWARD_FETCH_URL", service.fetch_url)
+        monkeypatch.setenv("REMOTE_REWARD_TOKEN", "secret")
+        trainer = run_grpo(
+            read_job(grpo_job(tmp_path, text_lm, rewards={"remote:lowercase": 1.0}, train=LEARN))
+        )
+        batches = service.enqueued
+    assert_learned(rewards_of(trainer))
+    assert len(batches) == LEARN["max_steps"]
+    assert len(batches[0]["header"]["completions"]) == LEARN["per_device_train_batch_size"]
+    assert batches[0]["header"]["metadata"]["solution"]  # the reference answers travel as metadata
+
+
+def test_remote_reward_service_down_fails_before_the_model_loads(tmp_path, text_lm, monkeypatch):
+    import socket
+
+    from typer.testing import CliRunner
+
+    import cosmos_train.trainers.grpo_trainer as grpo_trainer
+    from cosmos_train.cli import app
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    monkeypatch.setenv("REMOTE_REWARD_ENQUEUE_URL", f"http://127.0.0.1:{port}/api/reward/enqueue")
+    monkeypatch.setenv("REMOTE_REWARD_FETCH_URL", f"http://127.0.0.1:{port}/api/reward/pull")
+    monkeypatch.setattr(grpo_trainer, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    job = grpo_job(tmp_path, text_lm, rewards={"remote:lowercase": 1.0})
+    result = CliRunner().invoke(app, ["grpo", "--config", str(job)])
+    assert result.exit_code == 1, result.output
+    message = result.stderr.strip()
+    assert message.startswith("error: ") and message.count("\n") == 0, message
+    assert f"127.0.0.1:{port} is not reachable" in message and "REMOTE_REWARD_ENQUEUE_URL" in message
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_gives_bit_equal_weights(tmp_path, text_lm):
+    """A GRPO run killed after a checkpoint resumes to the same weights as an uninterrupted run: rollouts
+    are sampled again from the restored RNG state. The reward module sits beside the job file."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from safetensors.torch import load_file
+    from sft_helpers import cli
+
+    from cosmos_train.checkpoints import is_complete
+
+    train = {"max_steps": 16, "save_steps": 4, "learning_rate": 1e-2, "resume_from_checkpoint": True}
+    runs = {}
+    for name in ("reference", "killed"):
+        folder = tmp_path / name
+        folder.mkdir()
+        shutil.copy(REPO / "examples" / "grpo" / "toy_rewards.py", folder)
+        runs[name] = grpo_job(folder, text_lm, train=train)
+    done = cli("grpo", "--config", runs["reference"])
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    run = tmp_path / "killed" / "run"
+    exe = Path(sys.executable).with_name("cosmos-train")
+    process = subprocess.Popen(
+        [exe, "grpo", "--config", runs["killed"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 600
+    while not is_complete(run / "checkpoint-4") and time.monotonic() < deadline:
+        assert process.poll() is None, "training ended before it could be killed"
+        time.sleep(0.005)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    assert not (run / "model.safetensors").exists() and not is_complete(run / "checkpoint-16")
+
+    resumed = cli("grpo", "--config", runs["killed"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stderr
+    reference = load_file(tmp_path / "reference" / "run" / "model.safetensors")
+    final = load_file(run / "model.safetensors")
+    assert final.keys() == reference.keys()
+    for name in reference:
+        assert torch.equal(final[name], reference[name]), name
