@@ -63,6 +63,10 @@ class RewardEntry(Section):
 class RolloutSection(Section):
     """`[rollout]`: rollout features TRL lacks."""
 
+    shared_prompt: bool = Field(
+        True,
+        description="Prefill each prompt once and share its KV cache among its samples (transformers generation).",
+    )
     dynamic_sampling: bool = Field(
         False, description="DAPO: drop groups whose rewards have zero spread and refill with new prompts."
     )

@@ -13,6 +13,9 @@ What `CosmosGRPOTrainer` adds to TRL's trainer:
   rollout. The same tensors feed generation and every log-prob forward (old policy, reference, loss):
   they travel with the rollout as one entry per row (`prompt_media`), so TRL's shuffling and splitting keep
   them with their row.
+- **Shared-prompt rollouts** (`[rollout] shared_prompt`, on by default): TRL's transformers path prefills
+  each prompt `num_generations` times, through the vision tower too. Here each distinct prompt is
+  prefilled once and its KV cache repeated for its K samples (`_generate_single_turn`).
 - **Dynamic sampling** (DAPO, `[rollout] dynamic_sampling`): groups whose rewards have no spread teach
   nothing; they are dropped and the batch is refilled with fresh prompts, for up to `max_resample_rounds`
   extra rounds.
@@ -28,6 +31,8 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
+from trl.extras.profiling import profiling_context
+from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import pad
 
 from ..config import ConfigError
@@ -132,6 +137,87 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
             if isinstance(prompt, list)
             for message in prompt
         )
+
+    def _generate_single_turn(
+        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
+    ):
+        group = _repeat_length(prompt_ids)
+        if (
+            not self.rollout.shared_prompt
+            or group < 2
+            or self.use_vllm
+            or self.use_transformers_continuous_batching
+            or self.tools
+        ):
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        return self._shared_prompt_rollout(prompt_ids, group)
+
+    def _shared_prompt_rollout(self, prompt_ids: list[list[int]], group: int):
+        """Prefill each distinct prompt once, then sample its `group` completions from copies of its cache.
+
+        The prefill is HF `generate` itself on the prompts minus their last token (so positions, padding
+        and multimodal RoPE are computed exactly as in TRL's path); the expanded cache then continues from
+        the last prompt token. Greedy completions equal TRL's token for token.
+        """
+        device = self.accelerator.device
+        firsts = list(range(0, len(prompt_ids), group))
+        unique = [torch.tensor(prompt_ids[i]) for i in firsts]
+        pad_id = self._tokenizer.pad_token_id
+        ids = pad(
+            unique, padding_value=pad_id, padding_side="left", pad_to_multiple_of=self.pad_to_multiple_of
+        )
+        mask = pad(
+            [torch.ones_like(t) for t in unique],
+            padding_value=0,
+            padding_side="left",
+            pad_to_multiple_of=self.pad_to_multiple_of,
+        )
+        ids, mask = ids.to(device), mask.to(device)
+        media = {}
+        if self._forward_media is not None:  # this batch's prompt media, one entry per row
+            media = _batch_media([self._forward_media[i] for i in firsts], ids.size(1), ids.size(1), device)
+        prefix_media = {k: v[:, :-1] if k == _TOKEN_TYPES else v for k, v in media.items()}
+        with (
+            profiling_context(self, "transformers.generate"),
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            prefill = model.generate(
+                input_ids=ids[:, :-1],
+                attention_mask=mask[:, :-1],
+                **prefix_media,
+                generation_config=self.generation_config,
+                max_new_tokens=1,
+                return_dict_in_generate=True,
+            )
+            cache = prefill.past_key_values
+            cache.batch_repeat_interleave(group)
+            language_model = getattr(model, "model", None)
+            if getattr(language_model, "rope_deltas", None) is not None:  # multimodal RoPE offsets, per row
+                language_model.rope_deltas = language_model.rope_deltas.repeat_interleave(group, dim=0)
+            rest = (
+                {_TOKEN_TYPES: media[_TOKEN_TYPES].repeat_interleave(group, dim=0)}
+                if _TOKEN_TYPES in media
+                else {}
+            )
+            sequences = model.generate(
+                input_ids=ids.repeat_interleave(group, dim=0),
+                attention_mask=mask.repeat_interleave(group, dim=0),
+                past_key_values=cache,
+                **rest,
+                generation_config=self.generation_config,
+            )
+        completion_ids = sequences[:, ids.size(1) :]
+        return _until_eos(completion_ids, self.eos_token_ids), None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -259,6 +345,27 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         return [dict(self.train_dataset[i]) for i in picks for _ in range(self.num_generations)]
 
 
+def _repeat_length(prompt_ids: list[list[int]]) -> int:
+    """K when the prompts come as runs of K identical prompts (TRL's sampler repeats each K times), else 1."""
+    first = prompt_ids[0]
+    group = next((i for i, ids in enumerate(prompt_ids) if ids != first), len(prompt_ids))
+    if len(prompt_ids) % group:
+        return 1
+    for start in range(0, len(prompt_ids), group):
+        if any(prompt_ids[i] != prompt_ids[start] for i in range(start, start + group)):
+            return 1
+    return group
+
+
+def _until_eos(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> list[list[int]]:
+    """Each row's tokens up to and including its first EOS (TRL's rule for its generate path)."""
+    rows = []
+    for row in completion_ids.cpu().tolist():
+        end = next((i for i, token in enumerate(row) if token in eos_token_ids), len(row) - 1)
+        rows.append(row[: end + 1])
+    return rows
+
+
 def _split_media_per_row(encoded, prompts: list, keep: torch.Tensor) -> list[dict[str, Any]]:
     """The processor's batch tensors cut into one dict per prompt (patch rows by their grids)."""
     counts = {
@@ -346,6 +453,13 @@ def _merge_rollouts(chosen: list[tuple[dict[str, Any], list[int]]], pad_token_id
 
 def run_grpo(job: Job, callbacks: list | None = None) -> CosmosGRPOTrainer:
     """Run a GRPO job (from `cosmos_train.jobs.read_job`); the final model is in `job.args.output_dir`."""
+    trainer = build_grpo_trainer(job, callbacks)
+    train_and_save(trainer, job, trainer.processing_class)
+    return trainer
+
+
+def build_grpo_trainer(job: Job, callbacks: list | None = None) -> CosmosGRPOTrainer:
+    """The job's rewards, model, prompts and trainer, ready to train (rewards first: they fail fastest)."""
     config = job.config
     if job.args.use_vllm:
         from trl.import_utils import is_vllm_available
@@ -364,8 +478,7 @@ def run_grpo(job: Job, callbacks: list | None = None) -> CosmosGRPOTrainer:
     logger.info("training on %d prompts (%d skipped)", report.kept, report.skipped)
     if not loaded.is_vision_language:
         dataset = _text_only(dataset)
-
-    trainer = CosmosGRPOTrainer(
+    return CosmosGRPOTrainer(
         model=loaded.model,
         reward_funcs=rewards,
         args=job.args,
@@ -376,8 +489,6 @@ def run_grpo(job: Job, callbacks: list | None = None) -> CosmosGRPOTrainer:
         data=config.data,
         rollout=config.rollout,
     )
-    train_and_save(trainer, job, loaded.processing_class)
-    return trainer
 
 
 def _text_only(dataset):
