@@ -44,15 +44,16 @@ def save_tiny_text_lm(path: str | Path, seed: int = 0, sizes: Sizes = TINY) -> P
     return Path(path)
 
 
-def save_tiny_vlm(path: str | Path, family: str = "qwen3_vl", seed: int = 0) -> Path:
-    """A tiny Qwen3-VL or Qwen2.5-VL with its processor, saved with `save_pretrained`."""
+def save_tiny_vlm(path: str | Path, family: str = "qwen3_vl", seed: int = 0, sizes: Sizes = TINY) -> Path:
+    """A tiny Qwen3-VL or Qwen2.5-VL with its processor, saved with `save_pretrained`; `sizes` sets the
+    text tower (benchmarks use bigger ones)."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     tokenizer = build_tokenizer()
     ids = tokenizer.convert_tokens_to_ids
-    text = text_config(tokenizer, mrope=family == "qwen3_vl")
+    text = text_config(tokenizer, sizes, mrope=family == "qwen3_vl")
     if family == "qwen3_vl":
-        vision = vision_config().to_dict()
+        vision = vision_config(sizes).to_dict()
     elif family == "qwen2_5_vl":
         text["rope_parameters"] = {
             "rope_type": "default",
@@ -67,7 +68,7 @@ def save_tiny_vlm(path: str | Path, family: str = "qwen3_vl", seed: int = 0) -> 
             "patch_size": 8,
             "spatial_merge_size": 2,
             "temporal_patch_size": 2,
-            "out_hidden_size": TINY.hidden,
+            "out_hidden_size": sizes.hidden,
             "window_size": 32,
             "fullatt_block_indexes": [1],
         }

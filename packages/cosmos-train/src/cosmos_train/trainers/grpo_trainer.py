@@ -125,8 +125,10 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         if _TOKEN_TYPES in fields:  # per-token: unpadded lists, which TRL left-pads with the ids
             fields[_TOKEN_TYPES] = [entry[_TOKEN_TYPES] for entry in media]
         assert [len(ids) for ids in prompt_ids] == lengths
-        # No `images`: TRL would re-encode them for its own (image-only) forward; ours carries `prompt_media`.
-        return prompt_ids, None, fields
+        # No `images` for TRL's forward (it would re-encode them, images only); ours carries `prompt_media`.
+        # vLLM rollouts take the images themselves (videos are refused when the trainer is built).
+        images = [_images_of(prompt) or None for prompt in prompts] if self.use_vllm else None
+        return prompt_ids, images, fields
 
     @staticmethod
     def _has_decoded_media(prompts: list) -> bool:
@@ -401,6 +403,10 @@ def _split_media_per_row(encoded, prompts: list, keep: torch.Tensor) -> list[dic
     return rows
 
 
+def _images_of(prompt: list[dict[str, Any]]) -> list:
+    return [part["image"] for message in prompt for part in _parts(message) if part.get("type") == "image"]
+
+
 def _parts(message: dict[str, Any]) -> list[dict[str, Any]]:
     content = message.get("content")
     return content if isinstance(content, list) else []
@@ -478,6 +484,11 @@ def build_grpo_trainer(job: Job, callbacks: list | None = None) -> CosmosGRPOTra
     logger.info("training on %d prompts (%d skipped)", report.kept, report.skipped)
     if not loaded.is_vision_language:
         dataset = _text_only(dataset)
+    elif job.args.use_vllm and any(videos for videos in dataset["prompt_videos"]):
+        raise ConfigError(
+            f"{job.source}: [train] use_vllm: TRL's vLLM rollouts take images only, and {config.data.path} has "
+            "video prompts; set use_vllm = false (transformers generation, with [rollout] shared_prompt)"
+        )
     return CosmosGRPOTrainer(
         model=loaded.model,
         reward_funcs=rewards,
