@@ -390,3 +390,44 @@ def test_shared_prompt_rollouts_equal_trl_generation_when_greedy(
         outputs[shared] = completion_ids
     assert outputs[True] == outputs[False]
     assert all(len(ids) == 12 for ids in outputs[True])  # random weights rarely stop early: a full comparison
+
+
+@pytest.mark.slow
+def test_two_process_grpo_with_video_prompts_and_dynamic_sampling(tmp_path, vlm, video_prompts):
+    """Real 2-process DDP (gloo): groups stay on their rank, ranks resample in lockstep (video questions get a
+    flat reward, so a rank holding one must draw again while the other may be done), media travel per row."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    (tmp_path / "flat_video.py").write_text(
+        "from toy_rewards import lowercase\n"
+        "def reward(prompts, completions, **kw):\n"
+        "    scores = lowercase(completions)\n"
+        "    return [0.5 if \"'video'\" in str(p) else s for p, s in zip(prompts, scores)]\n"
+    )
+    job = grpo_job(
+        tmp_path, vlm, data=video_prompts, data_format="llava", rewards={"flat_video:reward": 1.0},
+        train={"max_steps": 3, "per_device_train_batch_size": 4, "num_generations": 4, "use_cpu": True},
+        extra="[rollout]\ndynamic_sampling = true\nmax_resample_rounds = 8\n",
+    )  # fmt: skip
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    launcher = Path(sys.executable).with_name("accelerate")
+    command = [launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
+               "-m", "cosmos_train", "grpo", "-c", job]  # fmt: skip
+    env = os.environ | {
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "examples" / "grpo"), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    state = json.loads((tmp_path / "run" / "checkpoint-3" / "trainer_state.json").read_text())
+    logs = [entry for entry in state["log_history"] if "reward" in entry]
+    assert len(logs) == 3
+    assert sum(entry["dynamic_sampling/dropped_groups"] for entry in logs) > 0
+    assert all(entry["dynamic_sampling/zero_spread_groups_kept"] == 0 for entry in logs)
+    assert (tmp_path / "run" / "model.safetensors").is_file()
