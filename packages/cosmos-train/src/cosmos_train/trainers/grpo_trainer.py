@@ -53,11 +53,12 @@ _TOKEN_TYPES = "mm_token_type_ids"
 
 
 class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
-    """TRL's `GRPOTrainer` with video/image prompts, dynamic sampling, crash-safe checkpoints and a stop on
-    non-finite loss.
+    """TRL's `GRPOTrainer` with video/image prompts, shared-prompt rollouts, dynamic sampling, crash-safe
+    checkpoints and a stop on non-finite loss.
 
-    `data` (the job's `[data]`) sets how prompt videos are sampled; `rollout` (`[rollout]`) turns on
-    dynamic sampling. Rows carry media as `prompt_images` / `prompt_videos` (see `data/prompts.py`).
+    `data` (the job's `[data]`) sets how prompt videos are sampled; `rollout` (`[rollout]`) switches
+    shared-prompt rollouts and dynamic sampling. Rows carry media as `prompt_images` / `prompt_videos`
+    (see `data/prompts.py`).
     """
 
     def __init__(
@@ -115,7 +116,6 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         if not self._has_decoded_media(prompts):
             return super()._tokenize_prompts(prompts)
         encoded = encode_prompts(self.processing_class, prompts)
-        lengths = encoded["attention_mask"].sum(dim=1).tolist()
         # The processor pads on its tokenizer's side; TRL wants each prompt's ids unpadded.
         keep = encoded["attention_mask"].bool()
         prompt_ids = [ids[row].tolist() for ids, row in zip(encoded["input_ids"], keep, strict=True)]
@@ -124,7 +124,6 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         fields = {key: value for key, value in encoded.items() if key not in ("input_ids", "attention_mask")}
         if _TOKEN_TYPES in fields:  # per-token: unpadded lists, which TRL left-pads with the ids
             fields[_TOKEN_TYPES] = [entry[_TOKEN_TYPES] for entry in media]
-        assert [len(ids) for ids in prompt_ids] == lengths
         # No `images` for TRL's forward (it would re-encode them, images only); ours carries `prompt_media`.
         # vLLM rollouts take the images themselves (videos are refused when the trainer is built).
         images = [_images_of(prompt) or None for prompt in prompts] if self.use_vllm else None
@@ -324,10 +323,13 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         merged = _merge_rollouts(chosen, self._tokenizer.pad_token_id)
         loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
         merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        # Totals over every process (each rank logs its own values otherwise).
+        counts = torch.tensor([dropped, max(0, wanted - len(informative))], device=self.accelerator.device)
+        dropped_total, flat_kept = self.accelerator.gather(counts).view(-1, 2).sum(dim=0).tolist()
         metrics = self._metrics["train"]
-        metrics["dynamic_sampling/dropped_groups"].append(float(dropped))
+        metrics["dynamic_sampling/dropped_groups"].append(float(dropped_total))
         metrics["dynamic_sampling/extra_rounds"].append(float(rounds))
-        metrics["dynamic_sampling/zero_spread_groups_kept"].append(float(max(0, wanted - len(informative))))
+        metrics["dynamic_sampling/zero_spread_groups_kept"].append(float(flat_kept))
         return merged
 
     def _group_has_spread(self, rows: int) -> torch.Tensor:
