@@ -131,7 +131,9 @@ def test_prompt_videos_reach_rollout_and_loss_forward_unchanged(tmp_path, family
     recorder = _RecordVisionInputs()
     job = grpo_job(
         tmp_path, model, data=video_prompts, data_format="llava",
-        train={"max_steps": 3, "per_device_train_batch_size": 3, "num_generations": 3, "beta": 0.04},
+        # log_completions: TRL logs the prompts, which hold decoded clips during the rollout.
+        train={"max_steps": 3, "per_device_train_batch_size": 3, "num_generations": 3, "beta": 0.04,
+               "log_completions": True},
     )  # fmt: skip
     run_grpo(read_job(job), callbacks=[recorder])
 
@@ -386,7 +388,7 @@ def test_shared_prompt_rollouts_equal_trl_generation_when_greedy(
     outputs = {}
     for shared in (True, False):
         trainer.rollout = trainer.rollout.model_copy(update={"shared_prompt": shared})
-        prompt_ids, completion_ids, *_ = trainer._generate(prompts)
+        _, completion_ids, *_ = trainer._generate(prompts)
         outputs[shared] = completion_ids
     assert outputs[True] == outputs[False]
     assert all(len(ids) == 12 for ids in outputs[True])  # random weights rarely stop early: a full comparison

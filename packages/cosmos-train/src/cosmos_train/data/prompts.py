@@ -28,7 +28,9 @@ from cosmos_train.data.loading import (
     logger,
 )
 
+# Keys a record uses for its prompt and media, and the columns the loader writes: not extra columns.
 _STRUCTURE = {"prompt", "conversations", "messages", "images", "image", "videos", "video"}
+_RESERVED = {"prompt_images", "prompt_videos", "source"}
 SOLUTION = "solution"
 
 
@@ -75,6 +77,9 @@ def load_prompts(data) -> tuple[Any, DataReport]:
 def _prompt_row(record: Any, media_root: Path, system_prompt: str | None, checked: dict) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise _BadRecord(f"expected an object, got {type(record).__name__}")
+    reserved = sorted(_RESERVED & set(record))
+    if reserved:
+        raise _BadRecord(f"'{reserved[0]}' is a column the loader writes; rename that key")
     extras = {key: value for key, value in record.items() if key not in _STRUCTURE}
     media = {
         key: record[key] for key in ("images", "image", "videos", "video") if record.get(key) is not None
@@ -126,8 +131,9 @@ def _to_dataset(rows: list[dict[str, Any]], path: str):
             row["prompt_images"] = [
                 i if isinstance(i, dict) else {"path": i, "bytes": None} for i in row["prompt_images"]
             ]
+    columns = list(dict.fromkeys(key for row in rows for key in row))  # a column any record has
     try:
-        return Dataset.from_list(rows)
+        return Dataset.from_list([{key: row.get(key) for key in columns} for row in rows])
     except Exception as error:  # pyarrow: a column whose type differs between records
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DataError(f"{path}: extra columns must have one type across records ({reason})") from None

@@ -220,6 +220,12 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         completion_ids = sequences[:, ids.size(1) :]
         return _until_eos(completion_ids, self.eos_token_ids), None
 
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # Logged prompts keep their media placeholders, not the decoded frames (not serialisable).
+        prompts = self._logs["prompt"]
+        self._logs["prompt"] = type(prompts)((_placeholders(p) for p in prompts), maxlen=prompts.maxlen)
+        super().log(logs, start_time)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards = rewards_per_func
@@ -403,6 +409,21 @@ def _split_media_per_row(encoded, prompts: list, keep: torch.Tensor) -> list[dic
             f"GRPO prompt media: the processor returned {sorted(unknown)}, which cosmos-train cannot split per prompt yet"
         )
     return rows
+
+
+def _placeholders(prompt: Any) -> Any:
+    """A chat prompt with its decoded media parts back to bare placeholders."""
+    if not isinstance(prompt, list):
+        return prompt
+    return [
+        {
+            **message,
+            "content": [{"type": p["type"]} if p.get("type") in ("image", "video") else p for p in parts],
+        }
+        if isinstance(parts := message.get("content"), list)
+        else message
+        for message in prompt
+    ]
 
 
 def _images_of(prompt: list[dict[str, Any]]) -> list:
