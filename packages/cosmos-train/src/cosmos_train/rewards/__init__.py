@@ -39,13 +39,16 @@ from .text import (
 
 __all__ = [
     "BUILTINS",
+    "AsyncCheckedReward",
     "Builtin",
+    "CheckedReward",
     "RemoteRewardClient",
     "RemoteRewardError",
     "RewardError",
     "build_rewards",
     "check_reward",
     "check_reward_name",
+    "checked",
 ]
 
 

@@ -198,6 +198,7 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
                 **prefix_media,
                 generation_config=self.generation_config,
                 max_new_tokens=1,
+                min_new_tokens=0,  # the user's minimum applies to the completions, not to this prefill
                 return_dict_in_generate=True,
             )
             cache = prefill.past_key_values
