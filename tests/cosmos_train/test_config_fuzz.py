@@ -437,7 +437,7 @@ CASES = all_cases()
 
 def test_every_trainer_has_a_good_job_and_sixty_cases():
     assert set(GOOD_JOBS) == set(JOB_KINDS), "add a good job for each new trainer"
-    assert len(CASES) >= 60 and len({case.name for case in CASES}) == len(CASES)
+    assert len(CASES) >= 60 and len({(case.kind, case.name) for case in CASES}) == len(CASES)
 
 
 def _folder(tmp_path: Path) -> Path:

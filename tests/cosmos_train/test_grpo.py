@@ -2,7 +2,9 @@
 rollout and the loss forward unchanged, TRL's variants, dynamic sampling, and failing rewards.
 
 The toy task is `examples/grpo/toy_rewards.py:lowercase`, the fraction of lowercase letters in the
-completion: a tiny random model starts near 0.1 and learns it within seconds.
+completion: a tiny random model starts near 0.1 and learns it within seconds. The text-LM proof is the
+shipped recipe, run as shipped (`test_examples.py`); here the same task is learnt on image prompts and
+through the remote reward service.
 """
 
 from __future__ import annotations
@@ -95,12 +97,6 @@ def rewards_of(trainer) -> list[float]:
 def assert_learned(rewards: list[float], margin: float = 0.15) -> None:
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > first + margin, rewards
-
-
-def test_text_grpo_learns_the_toy_task(tmp_path, text_lm):
-    trainer = run_grpo(read_job(grpo_job(tmp_path, text_lm, train=LEARN)))
-    assert_learned(rewards_of(trainer))
-    assert (tmp_path / "run" / "model.safetensors").is_file()
 
 
 def test_vlm_grpo_learns_on_image_prompts(tmp_path, vlm):
@@ -335,8 +331,7 @@ def test_sigkill_then_resume_gives_bit_equal_weights(tmp_path, text_lm):
         folder.mkdir()
         shutil.copy(REPO / "examples" / "grpo" / "toy_rewards.py", folder)
         runs[name] = grpo_job(folder, text_lm, train=train)
-    done = cli("grpo", "--config", runs["reference"])
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_grpo(read_job(runs["reference"]))  # the uninterrupted run, in this process
 
     run = tmp_path / "killed" / "run"
     exe = Path(sys.executable).with_name("cosmos-train")

@@ -529,3 +529,12 @@ def test_checked_builtin_reward_failure_names_it():
         call(reward, ["?"])
     with pytest.raises(RewardError, match=r"single_choice' raised TypeError"):
         call(build_one("single_choice"), ["<answer>B</answer>"])  # no solution column
+
+
+def test_math_rewards_name_math_verify_when_it_is_missing(monkeypatch):
+    from trl import import_utils
+
+    monkeypatch.setattr(import_utils, "is_math_verify_available", lambda: False)
+    for name in ("accuracy", "reasoning_accuracy", "cosine"):
+        with pytest.raises(RewardError, match=r"needs math-verify: pip install 'cosmos-train\[math\]'"):
+            build_rewards([RewardSpec(name, 1.0, {"max_len": 8} if name == "cosine" else {})])
