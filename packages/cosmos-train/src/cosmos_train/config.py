@@ -35,6 +35,7 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
+    model_validator,
 )
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,31 @@ class LoraSection(Section):
         default=None,
         description="Regexes of modules to leave without adapters (defaults to the vision tower).",
     )
+
+
+class MediaData(Section):
+    """`[data]` fields every trainer on LLaVA JSON / JSONL / `datasets` data shares; trainers subclass it."""
+
+    format: Literal["llava", "jsonl", "hf"]
+    path: Annotated[str, JobPath(hub_id=True)] = Field(
+        description="JSON/JSONL file, a saved datasets folder, or a hub dataset name."
+    )
+    media_dir: Annotated[str | None, JobPath()] = Field(
+        default=None, description="Folder that image/video paths are relative to."
+    )
+    split: str = "train"
+    system_prompt: str | None = None
+    fps: float = Field(2.0, gt=0, description="Frames per second sampled from videos.")
+    max_frames: int = Field(16, gt=0, description="Cap on frames per video.")
+    skip_bad: bool = Field(False, description="Skip and count bad records instead of failing.")
+
+    @model_validator(mode="after")
+    def _local_files_exist(self):
+        if self.format != "hf" and not Path(self.path).is_file():
+            raise ValueError(f"path {self.path} does not exist")
+        if self.media_dir is not None and not Path(self.media_dir).is_dir():
+            raise ValueError(f"media_dir {self.media_dir} does not exist")
+        return self
 
 
 class LaunchSection(Section):

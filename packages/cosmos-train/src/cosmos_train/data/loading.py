@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,16 @@ def load_conversations(data) -> tuple[Any, DataReport]:
     `{"type": "image"}` or `{"type": "video"}` parts, the media parts without payload), `images` and
     `videos` (absolute paths in placeholder order) and `source`.
     """
+    rows, report = read_rows(data, _normalize)
+    return _to_dataset(rows), report
+
+
+Normalize = Callable[[Any, Path, "str | None", dict[str, object]], dict[str, Any]]
+
+
+def read_rows(data, normalize: Normalize, noun: str = "records") -> tuple[list[dict[str, Any]], DataReport]:
+    """Read `data`'s records and `normalize(record, media_root, system_prompt, checked)` each into a row
+    (with its `source`); a bad record is a `DataError`, or skipped and counted with `skip_bad`."""
     if data.format == "jsonl":
         records, root = _jsonl_records(data.path), Path(data.path).parent
     elif data.format == "llava":
@@ -70,7 +80,7 @@ def load_conversations(data) -> tuple[Any, DataReport]:
         try:
             if isinstance(record, _BadRecord):
                 raise record
-            row = _normalize(record, media_root, data.system_prompt, checked)
+            row = normalize(record, media_root, data.system_prompt, checked)
         except _BadRecord as bad:
             problem = f"{source}: {bad}"
             if not data.skip_bad:
@@ -88,8 +98,8 @@ def load_conversations(data) -> tuple[Any, DataReport]:
         )
     if not rows:
         detail = f" (skipped {report.skipped}; first: {report.problems[0]})" if report.problems else ""
-        raise DataError(f"{data.path}: no usable records{detail}")
-    return _to_dataset(rows), report
+        raise DataError(f"{data.path}: no usable {noun}{detail}")
+    return rows, report
 
 
 def _to_dataset(rows: list[dict[str, Any]]):

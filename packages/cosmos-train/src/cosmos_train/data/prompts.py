@@ -17,16 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cosmos_train.data.loading import (
-    DataError,
-    DataReport,
-    _BadRecord,
-    _hf_records,
-    _jsonl_records,
-    _llava_records,
-    _normalize,
-    logger,
-)
+from cosmos_train.data.loading import DataError, DataReport, _BadRecord, _normalize, read_rows
 
 # Keys a record uses for its prompt and media, and the columns the loader writes: not extra columns.
 _STRUCTURE = {"prompt", "conversations", "messages", "images", "image", "videos", "video"}
@@ -37,40 +28,7 @@ SOLUTION = "solution"
 def load_prompts(data) -> tuple[Any, DataReport]:
     """`data` is the `[data]` section of an RL job (`grpo_config.PromptData`); returns a `datasets.Dataset`
     and the `DataReport`."""
-    if data.format == "jsonl":
-        records, root = _jsonl_records(data.path), Path(data.path).parent
-    elif data.format == "llava":
-        records, root = _llava_records(data.path), Path(data.path).parent
-    elif data.format == "hf":
-        records, root = _hf_records(data), Path.cwd()
-    else:
-        raise DataError(f"{data.path}: unknown data format {data.format!r}")
-    media_root = Path(data.media_dir) if data.media_dir else root
-
-    report, rows, checked = DataReport(), [], {}
-    for source, record in records:
-        report.total += 1
-        try:
-            if isinstance(record, _BadRecord):
-                raise record
-            row = _prompt_row(record, media_root, data.system_prompt, checked)
-        except _BadRecord as bad:
-            problem = f"{source}: {bad}"
-            if not data.skip_bad:
-                raise DataError(problem) from None
-            report.skipped += 1
-            report.problems.append(problem)
-            continue
-        row["source"] = source
-        rows.append(row)
-        report.kept += 1
-    if report.skipped:
-        logger.warning(
-            "skipped %d of %d records (first: %s)", report.skipped, report.total, report.problems[0]
-        )
-    if not rows:
-        detail = f" (skipped {report.skipped}; first: {report.problems[0]})" if report.problems else ""
-        raise DataError(f"{data.path}: no usable prompts{detail}")
+    rows, report = read_rows(data, _prompt_row, noun="prompts")
     return _to_dataset(rows, data.path), report
 
 

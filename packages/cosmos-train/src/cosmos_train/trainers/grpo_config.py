@@ -8,17 +8,16 @@ type- and range-checked. `[rewards]` maps reward names to weights (`cosmos_train
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 from trl import GRPOConfig
 
 from ..config import (
     ConfigError,
-    JobPath,
     JobSchema,
     LoraSection,
+    MediaData,
     ModelSection,
     Section,
     build_training_arguments,
@@ -28,29 +27,8 @@ from ..launch import backend_arguments, device_defaults
 from ..rewards import RewardSpec, check_reward
 
 
-class PromptData(Section):
+class PromptData(MediaData):
     """`[data]`: prompts in JSONL, LLaVA JSON (images or video) or a `datasets` dataset (`data/prompts.py`)."""
-
-    format: Literal["jsonl", "llava", "hf"]
-    path: Annotated[str, JobPath(hub_id=True)] = Field(
-        description="JSON/JSONL file, a saved datasets folder, or a hub dataset name."
-    )
-    media_dir: Annotated[str | None, JobPath()] = Field(
-        default=None, description="Folder that image/video paths are relative to."
-    )
-    split: str = "train"
-    system_prompt: str | None = None
-    fps: float = Field(2.0, gt=0, description="Frames per second sampled from videos.")
-    max_frames: int = Field(16, gt=0, description="Cap on frames per video.")
-    skip_bad: bool = Field(False, description="Skip and count bad records instead of failing.")
-
-    @model_validator(mode="after")
-    def _local_files_exist(self):
-        if self.format != "hf" and not Path(self.path).is_file():
-            raise ValueError(f"path {self.path} does not exist")
-        if self.media_dir is not None and not Path(self.media_dir).is_dir():
-            raise ValueError(f"media_dir {self.media_dir} does not exist")
-        return self
 
 
 class RewardEntry(Section):

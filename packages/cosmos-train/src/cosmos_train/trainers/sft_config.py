@@ -7,52 +7,30 @@ contradict them.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from trl import SFTConfig
 
 from ..config import (
-    JobPath,
     JobSchema,
     LoraSection,
+    MediaData,
     ModelSection,
-    Section,
     build_training_arguments,
     trainer_section,
 )
 from ..launch import backend_arguments, device_defaults
 
 
-class ConversationData(Section):
+class ConversationData(MediaData):
     """`[data]`: conversations in LLaVA JSON, typed-message JSONL or a `datasets` dataset."""
 
-    format: Literal["llava", "jsonl", "hf"]
-    path: Annotated[str, JobPath(hub_id=True)] = Field(
-        description="JSON/JSONL file, a saved datasets folder, or a hub dataset name."
-    )
-    media_dir: Annotated[str | None, JobPath()] = Field(
-        default=None, description="Folder that image/video paths are relative to."
-    )
-    split: str = "train"
-    system_prompt: str | None = None
-    fps: float = Field(2.0, gt=0, description="Frames per second sampled from videos.")
-    max_frames: int = Field(16, gt=0, description="Cap on frames per video.")
     max_length: int | None = Field(default=2048, gt=0)
     packing: bool = Field(False, description="Padding-free packing (text-only data).")
-    skip_bad: bool = Field(False, description="Skip and count bad records instead of failing.")
     train_on: Literal["assistant", "all"] = Field(
         "assistant", description="Loss on the assistant turns only, or on the whole conversation."
     )
-
-    @model_validator(mode="after")
-    def _local_files_exist(self):
-        if self.format != "hf" and not Path(self.path).is_file():
-            raise ValueError(f"path {self.path} does not exist")
-        if self.media_dir is not None and not Path(self.media_dir).is_dir():
-            raise ValueError(f"media_dir {self.media_dir} does not exist")
-        return self
 
 
 SFTTrainSection = trainer_section(
