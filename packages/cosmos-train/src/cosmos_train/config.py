@@ -130,6 +130,37 @@ class MediaData(Section):
         return self
 
 
+class PairData(Section):
+    """`[data]` for diffusion training: images or videos paired with captions.
+
+    `format = "auto"` recognises a Cosmos-Predict2.5 dataset (`videos/` + `metas/` folders), a folder of
+    pairs sharing a basename (`0001.json` + `0001.jpg|png|mp4`), or else a `datasets` source.
+    """
+
+    path: Annotated[str, JobPath(hub_id=True)] = Field(
+        description="A folder of pairs, a Cosmos-Predict2.5 dataset folder, or a datasets folder / hub name."
+    )
+    format: Literal["auto", "folder", "cosmos_predict", "hf"] = "auto"
+    split: str = "train"
+    image_column: str = Field("image", description="hf: the image column.")
+    video_column: str | None = Field(None, description="hf: the video column (paths), for video data.")
+    caption_column: str = Field("text", description="hf: the caption column.")
+    height: int = Field(gt=0, description="Training height: media are resized and centre-cropped to it.")
+    width: int = Field(gt=0, description="Training width.")
+    num_frames: int | None = Field(None, gt=0, description="Videos: a random window of this many frames.")
+    cache: bool = Field(False, description="Cache latents and text embeddings as safetensors.")
+    cache_dir: Annotated[str | None, JobPath()] = Field(
+        None, description="Where the cache lives (default: output_dir/cache)."
+    )
+    skip_bad: bool = Field(False, description="Skip and count bad pairs instead of failing.")
+
+    @model_validator(mode="after")
+    def _local_path_exists(self):
+        if self.format in ("folder", "cosmos_predict") and not Path(self.path).is_dir():
+            raise ValueError(f"path {self.path} is not a folder")
+        return self
+
+
 class LaunchSection(Section):
     backend: Literal["ddp", "zero2", "zero3", "fsdp"] = "ddp"
 

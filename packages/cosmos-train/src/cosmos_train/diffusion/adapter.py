@@ -1,0 +1,206 @@
+"""The model adapter: everything a diffusion trainer needs from one pipeline family, and nothing else.
+
+Trainers (flow-matching SFT, DiffusionNFT, FlowGRPO, DDRL) speak only to `DiffusionAdapter`; each family
+(`sd3.py`, `sana.py`, ...) is one subclass in this folder, picked by the pipeline's `_class_name` in its
+`model_index.json`. Adding a model means adding a file here that subclasses `DiffusionAdapter` and sets
+`pipeline_class`; discovery is automatic (`adapter_for`).
+
+Conventions every adapter keeps (rectified flow, `diffusion-rl.md`):
+- latents are batch-first, `B x C x H x W` for images and `B x C x T x H x W` for videos, already
+  normalised the way the family's transformer expects them;
+- sigma in [0, 1] is the noise level: x_sigma = (1 - sigma) * x0 + sigma * noise;
+- the transformer predicts the velocity v = noise - x0, so one Euler step is x + (sigma_next - sigma) * v;
+- `condition_frames` (video families) marks latent frames given clean (i2v, v2v): they are not noised,
+  get no loss, and keep their clean value while sampling.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+
+class UnsupportedPipelineError(ValueError):
+    """The pipeline's class has no adapter; the message lists the supported ones."""
+
+
+@dataclass
+class AdapterOptions:
+    """Per-job choices an adapter reads (from `[diffusion]`); families ignore what they do not use."""
+
+    # Video families: how often each conditioning mode is drawn in training ({"t2v": 0.7, "i2v": 0.2, ...}).
+    conditioning_mix: dict[str, float] = field(default_factory=lambda: {"t2v": 1.0})
+    max_sequence_length: int | None = None  # text tokens (None: the pipeline's default)
+
+
+class DiffusionAdapter:
+    """One diffusers pipeline family. Subclasses set the class attributes and implement the hooks."""
+
+    pipeline_class: ClassVar[str]  # the pipeline's `_class_name`, e.g. "StableDiffusion3Pipeline"
+    video: ClassVar[bool] = False
+    # PEFT target modules for LoRA when the job names none (the attention projections, as upstream's examples).
+    lora_target_modules: ClassVar[tuple[str, ...]] = ()
+    # Keys of `encode_prompts` output whose length differs per prompt: padded when batched.
+    ragged_conditioning: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, pipeline, options: AdapterOptions | None = None):
+        self.pipeline = pipeline
+        self.options = options or AdapterOptions()
+
+    # --- the parts -------------------------------------------------------------------------------------
+
+    @property
+    def transformer(self) -> torch.nn.Module:
+        return self.pipeline.transformer
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.transformer.parameters()).device
+
+    def frozen_modules(self) -> list[torch.nn.Module]:
+        """Everything besides the transformer that runs in training (VAE, text encoders): kept frozen."""
+        return [
+            m
+            for m in self.pipeline.components.values()
+            if isinstance(m, torch.nn.Module) and m is not self.transformer
+        ]
+
+    # --- text ------------------------------------------------------------------------------------------
+
+    def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
+        """Batch-first conditioning tensors for `predict_velocity` (the empty prompt is the unconditional one)."""
+        raise NotImplementedError
+
+    def text_encoder_modules(self) -> list[torch.nn.Module]:
+        """The modules `encode_prompts` runs: their weights key the text-embedding cache."""
+        return []
+
+    # --- pixels <-> latents ----------------------------------------------------------------------------
+
+    def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        """`B x 3 x H x W` (images) or `B x 3 x T x H x W` (videos) in [-1, 1] -> normalised latents."""
+        raise NotImplementedError
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Normalised latents -> pixels in [-1, 1], the shape `encode_pixels` takes."""
+        raise NotImplementedError
+
+    def vae_modules(self) -> list[torch.nn.Module]:
+        """The modules `encode_pixels` runs: their weights key the latent cache."""
+        return [self.pipeline.vae]
+
+    # --- noise and time --------------------------------------------------------------------------------
+
+    @property
+    def shift(self) -> float:
+        """The time shift s of the family's scheduler: sigma' = s * sigma / (1 + (s - 1) * sigma)."""
+        config = self.pipeline.scheduler.config
+        return float(config.get("shift", None) or config.get("flow_shift", None) or 1.0)
+
+    def shift_sigmas(self, sigmas: torch.Tensor) -> torch.Tensor:
+        shift = self.shift
+        return shift * sigmas / (1 + (shift - 1) * sigmas)
+
+    def model_timesteps(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """What the transformer takes as its timestep (most families: sigma on the 0..1000 training scale)."""
+        return sigmas * self.pipeline.scheduler.config.num_train_timesteps
+
+    def condition_frames(self, latents: torch.Tensor, generator: torch.Generator | None = None):
+        """`B x T` bool of latent frames given clean (drawn from the conditioning mix), or None (images)."""
+        return None
+
+    # --- the model call --------------------------------------------------------------------------------
+
+    def predict_velocity(
+        self,
+        transformer: torch.nn.Module,
+        noisy_latents: torch.Tensor,
+        sigmas: torch.Tensor,
+        conditioning: dict[str, torch.Tensor],
+        condition_frames: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """v_theta(x_sigma, sigma, c), shaped like the latents. `transformer` is the module to call (it may be
+        wrapped by DDP/DeepSpeed, or be the frozen reference), `sigmas` has one value per row."""
+        raise NotImplementedError
+
+    # --- LoRA export -----------------------------------------------------------------------------------
+
+    def save_lora(
+        self, folder: Path, lora_state_dict: dict[str, torch.Tensor], alpha: int, rank: int
+    ) -> None:
+        """Write a LoRA that plain diffusers loads with `pipeline.load_lora_weights(folder)`."""
+        metadata = {
+            "r": rank,
+            "lora_alpha": alpha,
+            "target_modules": sorted(self._lora_modules(lora_state_dict)),
+        }
+        type(self.pipeline).save_lora_weights(
+            folder, transformer_lora_layers=lora_state_dict, transformer_lora_adapter_metadata=metadata
+        )
+
+    @staticmethod
+    def _lora_modules(lora_state_dict: dict[str, torch.Tensor]) -> set[str]:
+        return {key.split(".lora_")[0].rsplit(".", 1)[-1] for key in lora_state_dict}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Discovery
+
+
+def adapters() -> dict[str, type[DiffusionAdapter]]:
+    """{pipeline class name: adapter class} for every adapter module in this folder."""
+    package = importlib.import_module(__package__)
+    found: dict[str, type[DiffusionAdapter]] = {}
+    for module_info in pkgutil.iter_modules(package.__path__):
+        if module_info.name.startswith("_") or module_info.name in _NOT_ADAPTERS:
+            continue
+        module = importlib.import_module(f"{__package__}.{module_info.name}")
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, DiffusionAdapter)
+                and value.__module__ == module.__name__
+                and "pipeline_class" in vars(value)
+            ):
+                found[value.pipeline_class] = value
+    return found
+
+
+_NOT_ADAPTERS = {"adapter", "flow", "loading", "sampling"}
+
+
+def pipeline_class_name(name_or_path: str) -> str:
+    """The `_class_name` of a pipeline repo (hub id or folder), from its `model_index.json`."""
+    from diffusers import DiffusionPipeline
+
+    config = DiffusionPipeline.load_config(name_or_path)
+    return config["_class_name"]
+
+
+def adapter_class_for(class_name: str) -> type[DiffusionAdapter]:
+    known = adapters()
+    if class_name not in known:
+        raise UnsupportedPipelineError(
+            f"no cosmos-train adapter for {class_name}; supported pipelines: {', '.join(sorted(known))} "
+            "(to add one, write a DiffusionAdapter subclass in cosmos_train/diffusion/, see DEVELOPERS.md)"
+        )
+    return known[class_name]
+
+
+def pad_ragged(rows: list[dict[str, torch.Tensor]], ragged: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Stack per-sample conditioning; `ragged` keys are right-padded with zeros to the longest row."""
+    out: dict[str, Any] = {}
+    for key in rows[0]:
+        values = [row[key] for row in rows]
+        if key in ragged:
+            longest = max(v.shape[0] for v in values)
+            values = [
+                torch.nn.functional.pad(v, (0, 0) * (v.dim() - 1) + (0, longest - v.shape[0])) for v in values
+            ]
+        out[key] = torch.stack(values)
+    return out
