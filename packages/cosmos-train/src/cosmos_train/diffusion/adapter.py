@@ -45,6 +45,8 @@ class DiffusionAdapter:
     video: ClassVar[bool] = False
     # PEFT target modules for LoRA when the job names none (the attention projections, as upstream's examples).
     lora_target_modules: ClassVar[tuple[str, ...]] = ()
+    # Extra `from_pretrained` arguments (e.g. to leave out a run-time safety filter that training never uses).
+    pipeline_load_kwargs: ClassVar[dict[str, Any]] = {}
     # Keys of `encode_prompts` output whose length differs per prompt: padded when batched.
     ragged_conditioning: ClassVar[tuple[str, ...]] = ()
 
