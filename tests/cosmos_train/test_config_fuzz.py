@@ -98,6 +98,43 @@ resume_from_checkpoint = true
 [launch]
 backend = "ddp"
 """,
+    "diffusion-sft": """
+kind = "diffusion-sft"
+[model]
+name_or_path = "model"
+dtype = "bfloat16"
+[lora]
+r = 8
+alpha = 16
+target_modules = ["to_q", "to_v"]
+[data]
+path = "data"
+format = "folder"
+height = 64
+width = 64
+num_frames = 9
+cache = true
+[diffusion]
+timestep_density = "logit_normal"
+logit_std = 1.0
+loss_weighting = "sigma_sqrt"
+ema_decay = 0.99
+text_dropout = 0.1
+conditioning_mix = { t2v = 0.7, i2v = 0.2, v2v = 0.1 }
+validation_prompts = ["a cat"]
+validation_steps = 5
+[train]
+output_dir = "runs/x"
+learning_rate = 1e-4
+max_steps = 10
+per_device_train_batch_size = 2
+gradient_checkpointing = true
+seed = 1
+report_to = "none"
+resume_from_checkpoint = true
+[launch]
+backend = "ddp"
+""",
 }
 
 

@@ -107,6 +107,141 @@ def grpo(config: ConfigOption, set_: SetOption = None) -> None:
     _train(run_grpo, _read_job(config, set_, kind="grpo"))
 
 
+# --- reward-serve -------------------------------------------------------------------------------------------
+
+_DEFAULT_SERVED = "jpeg_compressibility,jpeg_incompressibility,brightness,color_target"
+
+
+@app.command("reward-serve")
+def reward_serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    token_env: Annotated[
+        str, typer.Option(help="Environment variable holding the bearer token.")
+    ] = "REMOTE_REWARD_TOKEN",
+    no_auth: Annotated[
+        bool, typer.Option("--no-auth", help="Accept requests without a token (trusted networks only).")
+    ] = False,
+    rewards: Annotated[
+        str, typer.Option(help="Comma-separated image/video rewards to host, with default parameters.")
+    ] = _DEFAULT_SERVED,
+    rewards_config: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE.toml",
+            help="A [rewards] table (name = { parameter = value, ... }, as in a job) of further rewards to host.",
+            show_default=False,
+        ),
+    ] = None,
+    max_body_mb: Annotated[float, typer.Option(help="Largest enqueue body, in MiB.")] = 256.0,
+    max_batch: Annotated[int, typer.Option(help="Most samples in one batch.")] = 256,
+    max_queue: Annotated[int, typer.Option(help="Most batches waiting to be scored.")] = 64,
+    result_ttl: Annotated[float, typer.Option(help="Seconds a scored result stays pullable.")] = 600.0,
+    workers: Annotated[int, typer.Option(help="Scoring threads.")] = 1,
+) -> None:
+    """Serve image and video rewards over HTTP (the reward-service contract): JPEG compressibility,
+    brightness, colour, OCR and CLIP scorers (PickScore, HPS, aesthetic) for diffusion RL trainers.
+
+    Clients send `Authorization: Bearer $REMOTE_REWARD_TOKEN` (--token-env names another variable); the
+    service refuses to start without a token unless --no-auth. Request logs are JSON lines on stderr.
+    Needs `pip install 'cosmos-train[serve]'`.
+
+    Example (a batch of one 64 x 64 image, scored for brightness):
+
+    \b
+      REMOTE_REWARD_TOKEN=s3cret cosmos-train reward-serve --port 8080 &
+      python -c "import io, json, numpy as np; b = io.BytesIO(); np.save(b, np.zeros((1, 64, 64, 3), np.uint8)); open('req.bin', 'wb').write(json.dumps({'prompts': ['a cat'], 'reward_fn': {'brightness': 1.0}, 'media_type': 'image'}).encode() + b'\\n' + b.getvalue())"
+      curl -s -H "Authorization: Bearer s3cret" --data-binary @req.bin http://127.0.0.1:8080/api/reward/enqueue
+      # {"uuid":"<UUID>"}
+      curl -s -H "Authorization: Bearer s3cret" -d uuid=<UUID> -d type=brightness http://127.0.0.1:8080/api/reward/pull
+      # {"scores":{"brightness":[0.0]},"input_info":{...},"duration":...,"type":"brightness"}
+    """
+    import os
+
+    from .service import SERVE_EXTRA_HINT, SERVE_MODULES
+
+    try:
+        from .service.app import ServiceSettings, run
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] not in SERVE_MODULES:
+            raise
+        _fail(f"reward-serve needs FastAPI and uvicorn ({error.name} is missing): {SERVE_EXTRA_HINT}")
+    from .rewards import RewardError, RewardSpec, build_media_rewards
+
+    token = os.environ.get(token_env) or None
+    if token is None and not no_auth:
+        _fail(f"no token: set {token_env} (or name another variable with --token-env), or pass --no-auth")
+    specs = [RewardSpec(name, 1.0, {}) for name in (n.strip() for n in rewards.split(",")) if name]
+    if rewards_config is not None:
+        specs += _served_reward_specs(rewards_config)
+    served = [spec.name for spec in specs]
+    if len(set(served)) != len(served):
+        _fail(f"a reward is named twice: {', '.join(served)} (--rewards and --rewards-config)")
+    if any(name.startswith("remote:") for name in served):
+        _fail("the service hosts rewards itself; 'remote:' names are for clients")
+    try:
+        hosted = {reward.name: reward for reward in build_media_rewards(specs)}
+    except RewardError as error:
+        _fail(error)
+    settings = ServiceSettings(
+        token=token,
+        max_body_bytes=int(max_body_mb * (1 << 20)),
+        max_batch=max_batch,
+        max_queue=max_queue,
+        result_ttl=result_ttl,
+        workers=workers,
+    )
+    typer.echo(
+        f"reward service on http://{host}:{port} (rewards: {', '.join(hosted)}; "
+        f"auth: {'bearer token from ' + token_env if token else 'OFF (--no-auth)'})",
+        err=True,
+    )
+    run(settings, hosted, host, port)
+
+
+def _served_reward_specs(path: Path):
+    import tomllib
+
+    from .rewards import RewardSpec
+
+    try:
+        table = tomllib.loads(path.read_text()).get("rewards")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        _fail(f"{path}: {error}")
+    if not isinstance(table, dict) or not table:
+        _fail(f"{path}: needs a [rewards] table of name = {{ parameter = value, ... }}")
+    specs = []
+    for name, entry in table.items():
+        if not isinstance(entry, dict | int | float):
+            _fail(f"{path}: [rewards] {name} must be a table of parameters (or a weight)")
+        parameters = {k: v for k, v in entry.items() if k != "weight"} if isinstance(entry, dict) else {}
+        specs.append(RewardSpec(name, 1.0, parameters))
+    return specs
+
+
+@app.command("diffusion-sft")
+def diffusion_sft(config: ConfigOption, set_: SetOption = None) -> None:
+    """Flow-matching SFT of a diffusers pipeline's transformer (SD3, SANA, SANA-Video,
+    Cosmos-Predict2.5, Cosmos3) on image or video + caption pairs, with LoRA or full fine-tuning.
+
+    The pipeline's class picks the model adapter. [train] takes transformers TrainingArguments
+    names; [diffusion] sets the timestep density, loss weighting, EMA, text dropout and validation.
+    Exports land in output_dir/safetensors/step_N/: a full pipeline for
+    DiffusionPipeline.from_pretrained, or lora/ for pipe.load_lora_weights.
+
+    Examples:
+
+      cosmos-train diffusion-sft --config examples/diffusion_sft/tiny_sd3_lora.toml
+
+      cosmos-train diffusion-sft -c job.toml --set diffusion.ema_decay=0.999
+
+      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train diffusion-sft -c job.toml
+    """
+    from .trainers.diffusion_sft_trainer import run_diffusion_sft
+
+    _train(run_diffusion_sft, _read_job(config, set_, kind="diffusion-sft"))
+
+
 @app.command("validate-config")
 def validate_config(
     config: Annotated[Path, typer.Argument(help="Job file (TOML).")], set_: SetOption = None

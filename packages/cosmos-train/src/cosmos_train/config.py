@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 JOB_KINDS = {
     "sft": "cosmos_train.trainers.sft_config:SFTJob",
     "grpo": "cosmos_train.trainers.grpo_config:GRPOJob",
+    "diffusion-sft": "cosmos_train.trainers.diffusion_config:DiffusionSFTJob",
 }
 DEFAULT_KIND = "sft"
 

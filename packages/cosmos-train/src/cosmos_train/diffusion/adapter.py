@@ -130,6 +130,42 @@ class DiffusionAdapter:
         wrapped by DDP/DeepSpeed, or be the frozen reference), `sigmas` has one value per row."""
         raise NotImplementedError
 
+    # --- sampling with the pipeline itself (validation samples) -----------------------------------------
+
+    def generate(
+        self,
+        prompts: list[str],
+        height: int,
+        width: int,
+        num_frames: int | None = None,
+        num_inference_steps: int = 20,
+        guidance_scale: float | None = None,
+        seed: int = 0,
+        **kwargs,
+    ) -> torch.Tensor:
+        """The pipeline's own sampler: `B x 3 x H x W` images or `B x T x 3 x H x W` videos in [0, 1].
+        Prompt i uses seed `seed + i`, so samples are comparable across steps."""
+        call = {"height": height, "width": width, "num_inference_steps": num_inference_steps, **kwargs}
+        if guidance_scale is not None:
+            call["guidance_scale"] = guidance_scale
+        if self.video and num_frames is not None:
+            call["num_frames"] = num_frames
+        if self.options.max_sequence_length:
+            call["max_sequence_length"] = self.options.max_sequence_length
+        was_training = self.transformer.training
+        self.transformer.eval()
+        try:
+            outputs = []
+            for index, prompt in enumerate(prompts):
+                generator = torch.Generator(self.device).manual_seed(seed + index)
+                output = self.pipeline(
+                    prompt=prompt, generator=generator, output_type="pt", return_dict=False, **call
+                )
+                outputs.append(output[0])
+        finally:
+            self.transformer.train(was_training)
+        return torch.cat(outputs).float().clamp(0, 1)
+
     # --- LoRA export -----------------------------------------------------------------------------------
 
     def save_lora(
@@ -159,7 +195,7 @@ def adapters() -> dict[str, type[DiffusionAdapter]]:
     package = importlib.import_module(__package__)
     found: dict[str, type[DiffusionAdapter]] = {}
     for module_info in pkgutil.iter_modules(package.__path__):
-        if module_info.name.startswith("_") or module_info.name in _NOT_ADAPTERS:
+        if module_info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__package__}.{module_info.name}")
         for value in vars(module).values():
@@ -171,9 +207,6 @@ def adapters() -> dict[str, type[DiffusionAdapter]]:
             ):
                 found[value.pipeline_class] = value
     return found
-
-
-_NOT_ADAPTERS = {"adapter", "flow", "loading", "sampling"}
 
 
 def pipeline_class_name(name_or_path: str) -> str:

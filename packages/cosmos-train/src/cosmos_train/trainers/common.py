@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
-import os
 from pathlib import Path
 
 import torch
@@ -49,14 +48,17 @@ class CrashSafeTrainerMixin:
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
+        checkpoint = (
+            Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        )
+        self._save_extra_state(checkpoint)
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
-            run_dir = self._get_output_dir(trial=trial)
-            mark_complete(
-                os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"),
-                self.state.global_step,
-            )
+            mark_complete(checkpoint, self.state.global_step)
         self.accelerator.wait_for_everyone()
+
+    def _save_extra_state(self, checkpoint: Path) -> None:
+        """State a trainer keeps beside the Trainer's own (an EMA, ...): written before the marker."""
 
 
 def train_and_save(trainer, job: Job, processing_class=None) -> None:

@@ -1,0 +1,218 @@
+"""What every diffusion trainer shares, on transformers' `Trainer`: the model adapter, the EMA of the
+trained weights (a callback whose state is saved inside each checkpoint), validation samples, and the
+exports users load (`output_dir/safetensors/step_N/`).
+
+Algorithms (flow-matching SFT, and the RL trainers) subclass `DiffusionTrainer` and write `compute_loss`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerCallback
+
+from ..diffusion.adapter import AdapterOptions, DiffusionAdapter
+from ..diffusion.loading import add_lora, load_adapter
+from .common import CrashSafeTrainerMixin
+
+logger = logging.getLogger(__name__)
+
+EMA_FILE = "ema.safetensors"
+EXPORTS = "safetensors"  # output_dir/safetensors/step_N/: what users load
+
+
+# ---------------------------------------------------------------------------------------------------------
+# EMA
+
+
+class EMACallback(TrainerCallback):
+    """An EMA of the trained parameters (diffusers' `EMAModel`), updated after every optimizer step.
+
+    Saved as safetensors inside each checkpoint (with the checkpoint, before it is marked complete) and
+    restored on resume, so a resumed run continues the same average.
+    """
+
+    def __init__(self, model: torch.nn.Module, decay: float):
+        from diffusers.training_utils import EMAModel
+
+        self.names = [name for name, p in model.named_parameters() if p.requires_grad]
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        self.ema = EMAModel(self.parameters, decay=decay, foreach=False)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ema.step(self.parameters)
+
+    @contextlib.contextmanager
+    def applied(self):
+        """The EMA weights in place of the trained ones for the duration of the block."""
+        self.ema.store(self.parameters)
+        self.ema.copy_to(self.parameters)
+        try:
+            yield
+        finally:
+            self.ema.restore(self.parameters)
+
+    def save(self, folder: Path) -> None:
+        from safetensors.torch import save_file
+
+        state = self.ema.state_dict()
+        tensors = {
+            name: shadow.detach().cpu().contiguous()
+            for name, shadow in zip(self.names, state.pop("shadow_params"), strict=True)
+        }
+        save_file(tensors, folder / EMA_FILE, metadata={"ema": json.dumps(state)})
+
+    def load(self, folder: Path) -> None:
+        from safetensors import safe_open
+
+        path = folder / EMA_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{folder} has no {EMA_FILE}: it was saved without [diffusion] ema_decay")
+        with safe_open(path, "pt") as handle:
+            state = json.loads(handle.metadata()["ema"])
+            missing = set(self.names) - set(handle.keys())
+            if missing:
+                raise ValueError(
+                    f"{path} lacks EMA weights for {len(missing)} parameters, e.g. {sorted(missing)[0]}"
+                )
+            state["shadow_params"] = [
+                handle.get_tensor(name).to(p.device)
+                for name, p in zip(self.names, self.parameters, strict=True)
+            ]
+        self.ema.load_state_dict(state)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validation samples
+
+
+class ValidationCallback(TrainerCallback):
+    """Every `every` steps, generate the validation prompts with fixed seeds (EMA weights when kept) and write
+    a PNG grid (images) or one MP4 per prompt (videos) under `output_dir/samples/step_N/`, and to TensorBoard
+    when it is a tracker."""
+
+    def __init__(self, trainer: DiffusionTrainer, prompts: list[str], every: int, generate_kwargs: dict):
+        self.trainer, self.prompts, self.every, self.generate_kwargs = (
+            trainer,
+            prompts,
+            every,
+            generate_kwargs,
+        )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0 and state.is_world_process_zero:
+            self.write(Path(args.output_dir) / "samples" / f"step_{state.global_step}", state.global_step)
+
+    def write(self, folder: Path, step: int) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        with self.trainer.weights_for_export():
+            media = self.trainer.adapter.generate(self.prompts, **self.generate_kwargs)
+        (folder / "prompts.json").write_text(json.dumps(self.prompts, indent=1))
+        if media.dim() == 4:  # B x 3 x H x W in [0, 1]
+            from torchvision.utils import make_grid, save_image
+
+            save_image(media, folder / "grid.png", nrow=min(len(self.prompts), 4))
+            self._to_tensorboard(make_grid(media, nrow=min(len(self.prompts), 4)), step)
+        else:  # B x T x 3 x H x W
+            from ..diffusion.media_io import write_mp4
+
+            for index, frames in enumerate(media):
+                write_mp4(folder / f"{index:02d}.mp4", frames, fps=self.generate_kwargs.get("fps", 8))
+        logger.info("validation samples written to %s", folder)
+        return folder
+
+    def _to_tensorboard(self, grid: torch.Tensor, step: int) -> None:
+        report_to = self.trainer.args.report_to or []
+        if "tensorboard" not in report_to and "all" not in report_to:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        with SummaryWriter(self.trainer.args.logging_dir) as writer:
+            writer.add_image("validation", grid, step)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The trainer base
+
+
+class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
+    """transformers' `Trainer` on a pipeline's transformer, with the EMA kept in checkpoints and a loadable
+    pipeline (or LoRA) written beside each checkpoint. Subclasses implement `compute_loss`."""
+
+    def __init__(
+        self, adapter: DiffusionAdapter, ema_decay: float | None = None, lora: dict | None = None, **kwargs
+    ):
+        super().__init__(model=adapter.transformer, **kwargs)
+        self.adapter = adapter
+        self.lora = lora  # {"r", "alpha"} when a LoRA is trained
+        self.model_accepts_loss_kwargs = False  # our loss is a mean: Trainer scales it for accumulation
+        self.ema = EMACallback(adapter.transformer, ema_decay) if ema_decay else None
+        if self.ema is not None:
+            self.add_callback(self.ema)
+
+    def weights_for_export(self):
+        """Validation and exports use the EMA weights when the job keeps an EMA."""
+        return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
+
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        if resume_from_checkpoint and self.ema is not None:
+            self.ema.load(Path(resume_from_checkpoint))
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def _save_extra_state(self, checkpoint: Path) -> None:
+        if self.ema is not None and self.args.should_save:
+            self.ema.save(checkpoint)
+        self.export(Path(self.args.output_dir) / EXPORTS / f"step_{self.state.global_step}")
+
+    def export(self, folder: Path) -> Path:
+        """Write what users load: a full pipeline, or `lora/` for `pipeline.load_lora_weights` (atomically)."""
+        if not self.args.should_save:
+            return folder
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        with self.weights_for_export():
+            if self.lora is not None:
+                from peft.utils import get_peft_model_state_dict
+
+                (partial / "lora").mkdir(parents=True)
+                state = get_peft_model_state_dict(self.adapter.transformer)
+                self.adapter.save_lora(partial / "lora", state, alpha=self.lora["alpha"], rank=self.lora["r"])
+            else:
+                self.adapter.pipeline.save_pretrained(partial)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
+        return folder
+
+
+def prepare_adapter(job) -> tuple[DiffusionAdapter, dict | None]:
+    """Load the job's pipeline and adapter, add its LoRA (or train all of the transformer), and turn on
+    gradient checkpointing when `[train]` asks."""
+    config = job.config
+    options = AdapterOptions(
+        conditioning_mix=dict(config.diffusion.conditioning_mix),
+        max_sequence_length=config.diffusion.max_sequence_length,
+    )
+    adapter = load_adapter(config.model.name_or_path, options, dtype=config.model.dtype)
+    lora = None
+    if config.lora is not None:
+        given = "target_modules" in config.lora.model_fields_set
+        targets = add_lora(
+            adapter,
+            config.lora.r,
+            config.lora.alpha,
+            config.lora.dropout,
+            config.lora.target_modules if given else None,
+        )
+        lora = {"r": config.lora.r, "alpha": config.lora.alpha, "target_modules": targets}
+    else:
+        adapter.transformer.requires_grad_(True)
+    if config.train.gradient_checkpointing:
+        adapter.transformer.enable_gradient_checkpointing()
+    adapter.transformer.train()
+    return adapter, lora

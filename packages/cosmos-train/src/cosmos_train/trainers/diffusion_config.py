@@ -1,0 +1,125 @@
+"""The flow-matching SFT job (`kind = "diffusion-sft"`): its schema, and its mapping onto transformers'
+`TrainingArguments`.
+
+`[train]` takes `TrainingArguments` fields verbatim. `[diffusion]` holds what they lack: the timestep
+density, the loss weighting, the EMA, text dropout, the video conditioning mix and validation samples.
+`[model] name_or_path` is a diffusers pipeline (hub id or folder); its `_class_name` picks the adapter.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+from transformers import TrainingArguments
+
+from ..config import (
+    JobPath,
+    JobSchema,
+    LoraSection,
+    PairData,
+    Section,
+    build_training_arguments,
+    trainer_section,
+)
+from ..launch import backend_arguments, device_defaults
+
+CONDITIONING_MODES = ("t2v", "i2v", "v2v")
+
+
+class PipelineSection(Section):
+    """`[model]`: the diffusers pipeline whose transformer is trained."""
+
+    name_or_path: Annotated[str, JobPath(hub_id=True)] = Field(
+        description="A diffusers pipeline: hub id or local folder with model_index.json."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="Weights of the frozen parts (VAE, text encoders); the transformer trains in float32.",
+    )
+
+
+class DiffusionSection(Section):
+    """`[diffusion]`: flow-matching choices `TrainingArguments` lacks (diffusers.training_utils names)."""
+
+    timestep_density: Literal["logit_normal", "mode", "uniform"] = Field(
+        "logit_normal", description="How training noise levels are drawn (before the model's time shift)."
+    )
+    logit_mean: float = 0.0
+    logit_std: float = Field(1.0, gt=0)
+    mode_scale: float = 1.29
+    loss_weighting: Literal["none", "sigma_sqrt", "cosmap"] = "none"
+    ema_decay: float | None = Field(
+        None, gt=0, lt=1, description="Keep an EMA of the trained weights (used for validation and export)."
+    )
+    text_dropout: float = Field(0.0, ge=0, lt=1, description="Drop the caption this often (for CFG).")
+    conditioning_mix: dict[str, float] = Field(
+        default_factory=lambda: {"t2v": 1.0},
+        description="Video families: how often each mode (t2v, i2v, v2v) is trained; normalised.",
+    )
+    max_sequence_length: int | None = Field(None, gt=0, description="Text tokens (default: the pipeline's).")
+    validation_prompts: list[str] = Field(default_factory=list)
+    validation_steps: int | None = Field(None, gt=0, description="Generate validation samples every N steps.")
+    validation_inference_steps: int = Field(20, gt=0)
+    validation_guidance_scale: float | None = Field(None, ge=0, description="Default: the pipeline's.")
+    validation_seed: int = Field(0, ge=0)
+
+    @field_validator("conditioning_mix")
+    @classmethod
+    def _known_modes(cls, mix: dict[str, float]) -> dict[str, float]:
+        for mode, weight in mix.items():
+            if mode not in CONDITIONING_MODES:
+                raise ValueError(
+                    f"unknown conditioning mode '{mode}'; expected {', '.join(CONDITIONING_MODES)}"
+                )
+            if not isinstance(weight, int | float) or weight < 0:
+                raise ValueError(f"weight of '{mode}' must be a number >= 0 (got {weight!r})")
+        if not any(mix.values()):
+            raise ValueError("needs at least one mode with a positive weight")
+        return mix
+
+    @model_validator(mode="after")
+    def _validation_needs_prompts(self):
+        if self.validation_steps and not self.validation_prompts:
+            raise ValueError("validation_steps is set but validation_prompts is empty")
+        return self
+
+
+DiffusionTrainSection = trainer_section(
+    TrainingArguments,
+    name="DiffusionTrainSection",
+    overrides={
+        "output_dir": (str, ...),
+        "resume_from_checkpoint": (bool, None),
+    },
+)
+
+
+class DiffusionSFTJob(JobSchema):
+    kind: Literal["diffusion-sft"] = "diffusion-sft"
+    model: PipelineSection
+    lora: LoraSection | None = None
+    data: PairData
+    diffusion: DiffusionSection = DiffusionSection()
+    train: DiffusionTrainSection
+
+    def training_arguments(self, source: str) -> TrainingArguments:
+        return diffusion_training_arguments(self, source)
+
+
+def diffusion_training_arguments(job: JobSchema, source: str) -> TrainingArguments:
+    """`TrainingArguments` for any diffusion job: batches hold pixels and prompts, not model inputs."""
+    forced: dict[str, Any] = {
+        "remove_unused_columns": False,
+        **backend_arguments(job.launch.backend),
+    }
+    return build_training_arguments(
+        TrainingArguments,
+        job.train,
+        source,
+        forced=forced,
+        defaults=device_defaults(job.launch.backend, source),
+        # A diffusers model is no transformers PreTrainedModel: the trainer turns diffusers' own
+        # gradient checkpointing on instead.
+        exclude=("resume_from_checkpoint", "gradient_checkpointing"),
+    )
