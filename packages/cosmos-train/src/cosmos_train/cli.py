@@ -264,21 +264,39 @@ def export(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint-N folder or a run's output_dir.")],
     out: Annotated[Path, typer.Argument(help="Folder to write (must not exist unless --overwrite).")],
     merge_lora: Annotated[bool, typer.Option(help="Merge a LoRA adapter into the full weights.")] = False,
+    ema: Annotated[
+        bool | None,
+        typer.Option(
+            "--ema/--no-ema",
+            help="Diffusion runs: export the EMA weights (default: when the checkpoint has them).",
+            show_default=False,
+        ),
+    ] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
 ) -> None:
-    """Write a trained checkpoint as a save_pretrained folder (adapter or merged model) with its
-    tokenizer/processor and a model card.
+    """Write a trained checkpoint as what its library loads: for LMs and VLMs a save_pretrained folder
+    (adapter or merged model) with its tokenizer/processor; for diffusion runs OUT/lora/ for
+    pipe.load_lora_weights, or with --merge-lora (and for full fine-tunes) a whole pipeline for
+    DiffusionPipeline.from_pretrained. Each gets a model card.
 
     Examples:
 
       cosmos-train export runs/sft/checkpoint-200 exported/adapter
 
       cosmos-train export runs/sft exported/full --merge-lora
+
+      cosmos-train export runs/sd3-lora/checkpoint-500 exported/sd3 --merge-lora --no-ema
     """
+    from .diffusion.export import export_diffusion, is_diffusion_run
     from .export import export as export_checkpoint
 
     try:
-        written = export_checkpoint(checkpoint, out, merge_lora=merge_lora, overwrite=overwrite)
+        if is_diffusion_run(checkpoint):
+            written = export_diffusion(checkpoint, out, merge_lora=merge_lora, ema=ema, overwrite=overwrite)
+        elif ema is not None:
+            _fail(f"{checkpoint}: --ema/--no-ema applies to diffusion runs only")
+        else:
+            written = export_checkpoint(checkpoint, out, merge_lora=merge_lora, overwrite=overwrite)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         _fail(error)
     typer.echo(f"exported to {written}")

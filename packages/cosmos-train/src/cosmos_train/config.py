@@ -99,7 +99,10 @@ class LoraSection(Section):
     r: int = Field(16, gt=0)
     alpha: int = Field(32, gt=0)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    target_modules: list[str] | Literal["all-linear"] | None = Field(
+        default=None,
+        description="Default: all-linear for LMs and VLMs, the family's attention projections for diffusion.",
+    )
     exclude_modules: list[str] | None = Field(
         default=None,
         description="Regexes of modules to leave without adapters (defaults to the vision tower).",
@@ -144,12 +147,18 @@ class PairData(Section):
     format: Literal["auto", "folder", "cosmos_predict", "hf"] = "auto"
     split: str = "train"
     image_column: str = Field("image", description="hf: the image column.")
-    video_column: str | None = Field(None, description="hf: the video column (paths), for video data.")
+    video_column: str | None = Field(
+        None, description="hf: the video column (file paths or a datasets Video feature), for video data."
+    )
     caption_column: str = Field("text", description="hf: the caption column.")
     height: int = Field(gt=0, description="Training height: media are resized and centre-cropped to it.")
     width: int = Field(gt=0, description="Training width.")
     num_frames: int | None = Field(None, gt=0, description="Videos: a random window of this many frames.")
-    cache: bool = Field(False, description="Cache latents and text embeddings as safetensors.")
+    cache: bool = Field(
+        False,
+        description="Cache latents and text embeddings as safetensors; fixes each video's frame window and "
+        "each item's VAE latent sample.",
+    )
     cache_dir: Annotated[str | None, JobPath()] = Field(
         None, description="Where the cache lives (default: output_dir/cache)."
     )

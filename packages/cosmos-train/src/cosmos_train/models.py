@@ -126,7 +126,7 @@ def lora_config(section: LoraSection, is_vision_language: bool):
         r=section.r,
         lora_alpha=section.alpha,
         lora_dropout=section.dropout,
-        target_modules=section.target_modules,
+        target_modules=section.target_modules or "all-linear",
         exclude_modules="|".join(f"(?:{p})" for p in exclude) if exclude else None,
         task_type="CAUSAL_LM",
     )

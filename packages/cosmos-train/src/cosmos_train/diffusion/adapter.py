@@ -181,6 +181,10 @@ class DiffusionAdapter:
             folder, transformer_lora_layers=lora_state_dict, transformer_lora_adapter_metadata=metadata
         )
 
+    def lora_loading_call(self, folder: Path) -> str:
+        """The documented diffusers call that loads `save_lora`'s output (shown in export model cards)."""
+        return f'pipe.load_lora_weights("{folder}")'
+
     @staticmethod
     def _lora_modules(lora_state_dict: dict[str, torch.Tensor]) -> set[str]:
         return {key.split(".lora_")[0].rsplit(".", 1)[-1] for key in lora_state_dict}

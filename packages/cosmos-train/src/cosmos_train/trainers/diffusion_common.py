@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import shutil
 from pathlib import Path
 
 import torch
@@ -165,29 +163,48 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
             self.ema.load(Path(resume_from_checkpoint))
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
-    def _save_extra_state(self, checkpoint: Path) -> None:
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        # Also called inside each checkpoint save, so the EMA lands before the COMPLETE marker.
+        super().save_model(output_dir, _internal_call)
         if self.ema is not None and self.args.should_save:
-            self.ema.save(checkpoint)
+            self.ema.save(Path(output_dir or self.args.output_dir))
+
+    def _save_extra_state(self, checkpoint: Path) -> None:
         self.export(Path(self.args.output_dir) / EXPORTS / f"step_{self.state.global_step}")
 
     def export(self, folder: Path) -> Path:
-        """Write what users load: a full pipeline, or `lora/` for `pipeline.load_lora_weights` (atomically)."""
-        if not self.args.should_save:
-            return folder
-        partial = folder.with_name(folder.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        with self.weights_for_export():
-            if self.lora is not None:
-                from peft.utils import get_peft_model_state_dict
-
-                (partial / "lora").mkdir(parents=True)
-                state = get_peft_model_state_dict(self.adapter.transformer)
-                self.adapter.save_lora(partial / "lora", state, alpha=self.lora["alpha"], rank=self.lora["r"])
-            else:
-                self.adapter.pipeline.save_pretrained(partial)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(partial, folder)
+        """Write what users load (`export_pipeline`), with the EMA weights when kept."""
+        if self.args.should_save:
+            with self.weights_for_export():
+                export_pipeline(self.adapter, folder, self.lora, overwrite=True)
         return folder
+
+
+def export_pipeline(
+    adapter: DiffusionAdapter,
+    folder: Path,
+    lora: dict | None,
+    merge_lora: bool = False,
+    overwrite: bool = False,
+) -> Path:
+    """Write the adapter's pipeline as users load it, atomically: `folder/lora/` for
+    `pipeline.load_lora_weights(folder / "lora")` when a LoRA is trained, or with `merge_lora` (and for full
+    fine-tuning) a complete pipeline for `DiffusionPipeline.from_pretrained(folder)`."""
+    from transformers_cosmos3.checkpoint import atomic_directory
+
+    with atomic_directory(folder, overwrite=overwrite) as scratch:
+        if lora is not None and not merge_lora:
+            from peft.utils import get_peft_model_state_dict
+
+            (scratch / "lora").mkdir()
+            state = get_peft_model_state_dict(adapter.transformer)
+            adapter.save_lora(scratch / "lora", state, alpha=lora["alpha"], rank=lora["r"])
+        else:
+            if lora is not None:
+                adapter.transformer.fuse_lora()
+                adapter.transformer.unload_lora()
+            adapter.pipeline.save_pretrained(scratch)
+    return folder
 
 
 def prepare_adapter(job) -> tuple[DiffusionAdapter, dict | None]:
@@ -201,13 +218,8 @@ def prepare_adapter(job) -> tuple[DiffusionAdapter, dict | None]:
     adapter = load_adapter(config.model.name_or_path, options, dtype=config.model.dtype)
     lora = None
     if config.lora is not None:
-        given = "target_modules" in config.lora.model_fields_set
         targets = add_lora(
-            adapter,
-            config.lora.r,
-            config.lora.alpha,
-            config.lora.dropout,
-            config.lora.target_modules if given else None,
+            adapter, config.lora.r, config.lora.alpha, config.lora.dropout, config.lora.target_modules
         )
         lora = {"r": config.lora.r, "alpha": config.lora.alpha, "target_modules": targets}
     else:
