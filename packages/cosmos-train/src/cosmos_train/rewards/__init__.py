@@ -11,6 +11,13 @@ parameters:
 
 `build_rewards` turns that table into TRL reward functions, each wrapped so that a reward that raises or
 returns NaN stops the run with a `RewardError` naming the reward and the offending completion.
+
+Image and video rewards (`MEDIA_BUILTINS`: JPEG size, brightness, colour, OCR, PickScore, HPS, aesthetic) score
+generated media for diffusion RL and in the reward service (`cosmos-train reward-serve`). `build_media_rewards`
+turns the same kind of table into `MediaReward`s, called as `reward(media, prompts, metadata)`: `media` uint8
+B x H x W x C (images) or B x T x H x W x C (videos), `prompts` one per sample, and `metadata` None or one dict
+per sample (the prompt's record: GenEval's `tag` / `include`, an OCR `text`, ...). A media reward function
+has the signature `f(media, prompts, metadata, **parameters) -> list[float]`.
 """
 
 from __future__ import annotations
@@ -26,7 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .remote import RemoteRewardClient, RemoteRewardError, RemoteTextReward
+from . import media as _media
+from .ocr import load_engine as _load_ocr_engine
+from .ocr import ocr as _ocr
+from .remote import RemoteMediaReward, RemoteRewardClient, RemoteRewardError, RemoteTextReward
+from .scorers import SCORERS as _SCORERS
+from .scorers import preload as _preload_scorer
 from .text import (
     REFERENCE_COLUMN,
     completion_text,
@@ -39,12 +51,15 @@ from .text import (
 
 __all__ = [
     "BUILTINS",
+    "MEDIA_BUILTINS",
     "AsyncCheckedReward",
     "Builtin",
     "CheckedReward",
+    "MediaReward",
     "RemoteRewardClient",
     "RemoteRewardError",
     "RewardError",
+    "build_media_rewards",
     "build_rewards",
     "check_reward",
     "check_reward_name",
@@ -64,6 +79,7 @@ class Builtin:
     requires: str | None = None  # an optional package it needs ("math-verify")
     defaults_from_train: dict[str, str] = field(default_factory=dict)  # parameter -> [train] key
     positive: tuple[str, ...] = ()  # parameters that must be > 0
+    load: Callable[..., None] | None = None  # parameters -> None: loads models once at build time, or raises
 
 
 def _partial(function: Callable) -> Callable[..., Callable]:
@@ -161,34 +177,85 @@ BUILTINS: dict[str, Builtin] = {
 }
 
 
+def _media_partial(function: Callable) -> Callable[..., Callable]:
+    """A media reward's maker: its parameters (after media, prompts, metadata) are the job's."""
+
+    def make(**parameters: Any) -> Callable:
+        return functools.partial(function, **parameters) if parameters else function
+
+    own = list(inspect.signature(function).parameters.values())[3:]
+    make.__signature__ = inspect.Signature([p.replace(kind=p.KEYWORD_ONLY) for p in own])  # type: ignore[attr-defined]
+    return make
+
+
+def _load_ocr(engine: Any = "rapidocr", **_: Any) -> None:
+    if isinstance(engine, str):
+        _load_ocr_engine(engine)
+
+
+MEDIA_BUILTINS: dict[str, Builtin] = {
+    "jpeg_compressibility": Builtin(
+        _media_partial(_media.jpeg_compressibility), "-", "minus the JPEG size in kB (DDPO)"
+    ),
+    "jpeg_incompressibility": Builtin(
+        _media_partial(_media.jpeg_incompressibility), "-", "the JPEG size in kB (DDPO)"
+    ),
+    "brightness": Builtin(_media_partial(_media.brightness), "-", "mean pixel value in [0, 1]"),
+    "color_target": Builtin(
+        _media_partial(_media.color_target), "-", "1 minus the mean RGB distance to target, in [0, 1]"
+    ),
+    "ocr": Builtin(
+        _media_partial(_ocr),
+        "prompt (its quoted text) or metadata text",
+        "1 - normalised edit distance of the text read to the text quoted in the prompt",
+        "rapidocr-onnxruntime",
+        load=_load_ocr,
+    ),
+    **{
+        name: Builtin(
+            _media_partial(function),
+            "prompt" if name != "aesthetic" else "-",
+            (function.__doc__ or "").strip().splitlines()[0],
+            load=functools.partial(_preload_scorer, name),
+        )
+        for name, function in _SCORERS.items()
+    },
+}
+
+
+def _registry(name: str) -> dict[str, Builtin]:
+    return MEDIA_BUILTINS if name in MEDIA_BUILTINS else BUILTINS
+
+
 def _signature(builtin: Builtin) -> inspect.Signature:
     make = builtin.make
     return make.signature() if hasattr(make, "signature") else inspect.signature(make)
 
 
-def check_reward(name: str, parameters: dict[str, Any] | None = None) -> None:
+def check_reward(name: str, parameters: dict[str, Any] | None = None, *, media: bool = False) -> None:
     """Raise ValueError (one line) unless `name` is a built-in, `module:function` or `remote:<name>`, and
-    a built-in's `parameters` are ones it takes."""
-    check_reward_name(name)
-    if name in BUILTINS and parameters:
+    a built-in's `parameters` are ones it takes. `media`: the rewards score images or videos, not text."""
+    check_reward_name(name, media=media)
+    if name in (MEDIA_BUILTINS if media else BUILTINS) and parameters:
         _check_parameters(name, parameters)
 
 
 def _check_parameters(name: str, parameters: dict[str, Any]) -> inspect.Signature:
-    signature = _signature(BUILTINS[name])
+    signature = _signature(_registry(name)[name])
     for key in parameters:
         if key not in signature.parameters:
             known = ", ".join(p for p in signature.parameters if p != "kwargs") or "none"
             raise ValueError(f"{name}: unknown parameter '{key}' (it takes: {known})")
-    for key in BUILTINS[name].positive:
+    for key in _registry(name)[name].positive:
         value = parameters.get(key)
         if value is not None and (not isinstance(value, numbers.Real) or value <= 0):
             raise ValueError(f"{name}: {key} must be a positive number (got {value!r})")
     return signature
 
 
-def check_reward_name(name: str) -> None:
-    """Raise ValueError (one line) unless `name` is a built-in, `module:function` or `remote:<name>`."""
+def check_reward_name(name: str, *, media: bool = False) -> None:
+    """Raise ValueError (one line) unless `name` is a built-in (of text rewards, or of image/video ones when
+    `media`), `module:function` or `remote:<name>`."""
     if name.startswith("remote:"):
         if not name.removeprefix("remote:"):
             raise ValueError("'remote:' needs the service's reward name, e.g. 'remote:pickscore'")
@@ -198,6 +265,20 @@ def check_reward_name(name: str) -> None:
         if not module or not attribute.isidentifier():
             raise ValueError(f"'{name}' is not 'package.module:function'")
         return
+    if media:
+        if name in BUILTINS:
+            raise ValueError(f"'{name}' scores text completions, not images or videos")
+        if name not in MEDIA_BUILTINS:
+            raise ValueError(
+                f"unknown reward '{name}'; image/video built-ins are {', '.join(MEDIA_BUILTINS)} "
+                "(or use 'package.module:function' or 'remote:<name>')"
+            )
+        return
+    if name in MEDIA_BUILTINS:
+        raise ValueError(
+            f"'{name}' scores images or videos (diffusion RL, reward-serve), not text completions; "
+            f"text built-ins are {', '.join(BUILTINS)}"
+        )
     if name not in BUILTINS:
         raise ValueError(
             f"unknown reward '{name}'; built-ins are {', '.join(BUILTINS)} "
@@ -237,9 +318,80 @@ def build_rewards(
         elif ":" in spec.name:
             function = _import_reward(spec, search_path)
         else:
+            if spec.name in MEDIA_BUILTINS:
+                raise RewardError(
+                    f"[rewards] '{spec.name}' scores images or videos, not text completions (see MEDIA_BUILTINS)"
+                )
             function = _make_builtin(spec, train or {})
         rewards.append(checked(spec.name, function))
     return rewards
+
+
+def build_media_rewards(
+    specs: list[RewardSpec],
+    client: RemoteRewardClient | None = None,
+    search_path: str | Path | None = None,
+) -> list[MediaReward]:
+    """Image/video rewards for `specs`, in order, each a checked `MediaReward`.
+
+    Built-ins load their models (scorers, OCR engine) here, once per process, so a bad path or a missing
+    package fails before any training; `remote:<name>` uses `client` (from the environment when None, checked
+    reachable); `module:function` is imported as in `build_rewards`.
+    """
+    rewards: list[MediaReward] = []
+    for spec in specs:
+        if spec.name.startswith("remote:"):
+            if spec.parameters:
+                raise RewardError(f"[rewards] {spec.name}: remote rewards take no parameters besides weight")
+            if client is None:
+                client = RemoteRewardClient.from_env()
+                client.check_reachable()
+            function: Callable = RemoteMediaReward(spec.name.removeprefix("remote:"), client)
+        elif ":" in spec.name:
+            function = _import_reward(spec, search_path)
+        else:
+            try:
+                check_reward(spec.name, spec.parameters, media=True)
+            except ValueError as error:
+                raise RewardError(f"[rewards] {error}") from None
+            builtin = MEDIA_BUILTINS[spec.name]
+            try:
+                _signature(builtin).bind(**spec.parameters)
+                if builtin.load is not None:
+                    builtin.load(**spec.parameters)
+            except Exception as error:  # a missing engine, a bad model path, a wrong type: one line
+                message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise RewardError(f"[rewards] {spec.name}: {message}") from None
+            function = builtin.make(**spec.parameters)
+        rewards.append(MediaReward(spec.name, spec.weight, function))
+    return rewards
+
+
+class MediaReward:
+    """An image/video reward, `reward(media, prompts, metadata=None) -> list[float]`, that raises RewardError
+    (one line, naming itself) when its function raises or returns anything but one finite number per sample."""
+
+    def __init__(self, name: str, weight: float, function: Callable):
+        self.__name__, self.name, self.weight, self.function = name, name, weight, function
+
+    def __call__(self, media: Any, prompts: list[str], metadata: list[dict] | None = None) -> list[float]:
+        try:
+            values = self.function(media, prompts, metadata)
+        except RewardError:
+            raise
+        except RemoteRewardError as error:
+            raise RewardError(f"reward '{self.name}': {error}") from error
+        except Exception as error:
+            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise RewardError(f"reward '{self.name}' raised {type(error).__name__}: {message}") from error
+        size = len(media)
+        if not isinstance(values, list | tuple) or len(values) != size:
+            got = f"{len(values)} values" if isinstance(values, list | tuple) else type(values).__name__
+            raise RewardError(f"reward '{self.name}' returned {got} for a batch of {size}")
+        for index, value in enumerate(values):
+            if not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise RewardError(f"reward '{self.name}' returned {value!r} for sample {index}")
+        return [float(value) for value in values]
 
 
 def _make_builtin(spec: RewardSpec, train: dict[str, Any]) -> Callable:

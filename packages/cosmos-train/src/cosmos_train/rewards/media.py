@@ -10,6 +10,7 @@ and returns one float per sample. An image reward scores a video as the mean ove
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,6 +34,7 @@ def check_media(media: Any) -> np.ndarray:
 def per_clip(image_reward: Callable[..., list[float]]) -> Callable[..., list[float]]:
     """An image reward that also scores videos: each clip gets the mean of its frames' scores."""
 
+    @functools.wraps(image_reward)  # keeps the image reward's signature: its parameters are checked by name
     def reward(
         media: np.ndarray, prompts: Sequence[str] = (), metadata: Sequence[Any] | None = None, **params
     ):
@@ -46,8 +48,6 @@ def per_clip(image_reward: Callable[..., list[float]]) -> Callable[..., list[flo
         scores = np.asarray(image_reward(flat, repeat, meta, **params), dtype=np.float64)
         return scores.reshape(batch, frames).mean(axis=1).tolist()
 
-    reward.__name__ = image_reward.__name__
-    reward.__doc__ = image_reward.__doc__
     return reward
 
 

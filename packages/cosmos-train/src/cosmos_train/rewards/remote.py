@@ -6,9 +6,17 @@ The service's contract, as trainers in this field already speak it:
   ready, then `{"scores": {name: [float, ...]}, ...}`.
 
 What this client promises: the bearer token from `REMOTE_REWARD_TOKEN`; a per-request timeout; connection
-failures and 5xx answers retried a bounded number of times with exponential back-off; a 4xx (other than
+failures, 5xx and 429 (queue full) answers retried a bounded number of times with exponential back-off; a 4xx (other than
 "not ready") or a missing score key fails at once with the service's reason; polling gives up after
 `poll_timeout` seconds. It never invents a score.
+
+To score a batch while the next rollout runs, `submit` it (the upload happens now, and a refusal fails now)
+and `fetch` its scores later. A result the service no longer knows (HTTP 404: it restarted, or the result
+expired) is re-enqueued from the kept request up to `resubmits` times, then fails loudly.
+
+    pending = client.submit("pickscore", prompts, images)   # uint8 B x H x W x C: media_type "image"
+    ...                                                      # the next rollout
+    scores = client.fetch(pending)
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import io
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,6 +37,33 @@ ENV_PREFIXES = ("REMOTE_REWARD_", "WFM_REWARD_")  # the first wins; some cosmos-
 
 class RemoteRewardError(RuntimeError):
     """The reward service refused a request, lost a result or could not be reached."""
+
+
+class ResultLost(RemoteRewardError):
+    """The service does not know the uuid (HTTP 404): it restarted, or the result expired."""
+
+
+def media_type_of(media: np.ndarray) -> str:
+    """The contract's media type of `media`: uint8 B x H x W x C "image", B x T x H x W x C "video",
+    float16 "latent"; anything else is a ValueError."""
+    if media.dtype == np.float16:
+        return "latent"
+    if media.dtype == np.uint8 and media.ndim in (4, 5):
+        return "image" if media.ndim == 4 else "video"
+    raise ValueError(
+        f"media must be uint8 B x H x W x C (image) or B x T x H x W x C (video), or float16 (latent); "
+        f"got {media.dtype} {media.shape}"
+    )
+
+
+@dataclass
+class PendingScores:
+    """A batch enqueued and not fetched yet (`RemoteRewardClient.submit`); keeps its request to re-enqueue."""
+
+    reward: str
+    uuid: str
+    expected: int
+    body: bytes = field(repr=False)
 
 
 def _env(name: str) -> str | None:
@@ -56,6 +91,7 @@ class RemoteRewardClient:
     backoff: float = 0.5  # first wait between attempts or polls, doubled up to max_backoff
     max_backoff: float = 8.0
     poll_timeout: float = 600.0  # seconds to wait for one result
+    resubmits: int = 1  # re-enqueues of a batch whose result the service lost (404), then fail
 
     @classmethod
     def from_env(cls, **settings: Any) -> RemoteRewardClient:
@@ -97,14 +133,14 @@ class RemoteRewardClient:
     # --- the protocol -------------------------------------------------------------------------------
 
     async def _post(self, client, url: str, **request: Any):
-        """POST with bounded retries on connection failures and 5xx; any other answer is returned."""
+        """POST with bounded retries on connection failures, 5xx and 429; any other answer is returned."""
         import httpx
 
         wait = self.backoff
         for attempt in range(self.retries + 1):
             try:
                 answer = await client.post(url, headers=self._headers(), timeout=self.timeout, **request)
-                if answer.status_code < 500:
+                if answer.status_code < 500 and answer.status_code != 429:  # 429: the queue is full for now
                     return answer
                 problem = f"HTTP {answer.status_code}: {_reason(answer)}"
             except httpx.HTTPError as error:
@@ -115,15 +151,25 @@ class RemoteRewardClient:
             wait = min(wait * 2, self.max_backoff)
         raise RemoteRewardError(f"{url}: gave up after {self.retries + 1} attempts ({problem})")
 
+    def _body(
+        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str | None, fields: dict
+    ) -> bytes:
+        media_type = media_type or media_type_of(media)
+        header = {"prompts": list(prompts), "reward_fn": {reward: 1.0}, "media_type": media_type, **fields}
+        return encode_request(header, media)
+
     async def aenqueue(
-        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str, **fields: Any
+        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str | None = None, **fields: Any
     ) -> str:
-        """Send one batch to be scored by `reward`; returns the uuid to pull."""
+        """Send one batch to be scored by `reward`; returns the uuid to pull. `media_type` defaults to what
+        `media` is (`media_type_of`); `fields` go in the JSON header (`video_infos`, `metadata`, ...)."""
+        return await self._enqueue_body(reward, self._body(reward, prompts, media, media_type, fields))
+
+    async def _enqueue_body(self, reward: str, body: bytes) -> str:
         import httpx
 
-        header = {"prompts": list(prompts), "reward_fn": {reward: 1.0}, "media_type": media_type, **fields}
         async with httpx.AsyncClient() as client:
-            answer = await self._post(client, self.enqueue_url, content=encode_request(header, media))
+            answer = await self._post(client, self.enqueue_url, content=body)
         if answer.status_code != 200:
             raise RemoteRewardError(
                 f"reward '{reward}': enqueue refused (HTTP {answer.status_code}: {_reason(answer)})"
@@ -145,6 +191,11 @@ class RemoteRewardClient:
                 answer = await self._post(client, self.fetch_url, data={"uuid": uuid, "type": reward})
                 if answer.status_code == 200:
                     return _scores(_json(answer, reward), reward, expected)
+                if answer.status_code == 404:
+                    raise ResultLost(
+                        f"reward '{reward}': the service does not know {uuid} (HTTP 404: {_reason(answer)}); "
+                        "it restarted or the result expired"
+                    )
                 if answer.status_code != 400:  # 400 means "not ready yet"; any other 4xx is final
                     raise RemoteRewardError(
                         f"reward '{reward}': pull of {uuid} refused (HTTP {answer.status_code}: {_reason(answer)})"
@@ -157,22 +208,48 @@ class RemoteRewardClient:
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, self.max_backoff)
 
+    async def asubmit(
+        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str | None = None, **fields: Any
+    ) -> PendingScores:
+        """Enqueue one batch now; `afetch` its scores later."""
+        body = self._body(reward, prompts, media, media_type, fields)
+        return PendingScores(reward, await self._enqueue_body(reward, body), len(prompts), body)
+
+    async def afetch(self, pending: PendingScores) -> list[float]:
+        """Poll for a submitted batch; re-enqueue it (up to `resubmits` times) when the service lost it."""
+        for attempt in range(self.resubmits + 1):
+            try:
+                return await self.apull(pending.reward, pending.uuid, pending.expected)
+            except ResultLost as lost:
+                if attempt == self.resubmits:
+                    raise RemoteRewardError(f"{lost} (re-enqueued {self.resubmits} times)") from None
+                pending.uuid = await self._enqueue_body(pending.reward, pending.body)
+        raise AssertionError("unreachable")
+
     async def ascore(
-        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str, **fields: Any
+        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str | None = None, **fields: Any
     ) -> list[float]:
-        uuid = await self.aenqueue(reward, prompts, media, media_type, **fields)
-        return await self.apull(reward, uuid, expected=len(prompts))
+        return await self.afetch(await self.asubmit(reward, prompts, media, media_type, **fields))
 
     def enqueue(
-        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str, **fields: Any
+        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str | None = None, **fields: Any
     ) -> str:
         return asyncio.run(self.aenqueue(reward, prompts, media, media_type, **fields))
 
     def pull(self, reward: str, uuid: str, expected: int) -> list[float]:
         return asyncio.run(self.apull(reward, uuid, expected))
 
+    def submit(
+        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str | None = None, **fields: Any
+    ) -> PendingScores:
+        """Enqueue one batch now (a refusal raises now); `fetch(pending)` waits for its scores."""
+        return asyncio.run(self.asubmit(reward, prompts, media, media_type, **fields))
+
+    def fetch(self, pending: PendingScores) -> list[float]:
+        return asyncio.run(self.afetch(pending))
+
     def score(
-        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str, **fields: Any
+        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str | None = None, **fields: Any
     ) -> list[float]:
         return asyncio.run(self.ascore(reward, prompts, media, media_type, **fields))
 
@@ -233,6 +310,21 @@ class RemoteTextReward:
             completions=[completion_text(c) for c in completions],
             metadata=metadata,
         )
+
+
+class RemoteMediaReward:
+    """An image/video reward scored by the service (`build_media_rewards`' `remote:<name>`):
+    `reward(media, prompts, metadata)`, the media type from the array, per-sample metadata in the header."""
+
+    def __init__(self, name: str, client: RemoteRewardClient):
+        self.__name__ = f"remote:{name}"
+        self.name, self.client = name, client
+
+    def __call__(
+        self, media: np.ndarray, prompts: list[str], metadata: list[dict] | None = None
+    ) -> list[float]:
+        fields = {"metadata": list(metadata)} if metadata else {}
+        return self.client.score(self.name, list(prompts), media, **fields)
 
 
 def _is_json(value: Any) -> bool:

@@ -1,0 +1,427 @@
+"""The reward service: the contract of `reward-service.md` on FastAPI, served by uvicorn.
+
+- `POST /api/reward/enqueue`: one JSON line (`prompts`, `reward_fn`, `media_type`, optional `video_infos`,
+  `metadata`), a newline, then `.npy` bytes (read with `allow_pickle=False` after the header is checked against
+  the body's length); answers `{"uuid"}` at once and scores the batch on a worker thread.
+- `POST /api/reward/pull`: form fields or JSON `uuid` and `type`; HTTP 400 while not ready, then
+  `{"scores": {type: [...]}, "input_info", "duration", "type"}`. A result can be pulled again until it expires.
+- `GET /health`: the only route without the bearer token.
+
+Every bound (body bytes, JSON line bytes, batch size, queue length) answers a 4xx that names it and its value.
+Each request is logged as one JSON line (method, path, status, duration, uuid; never a header).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+import json
+import logging
+import math
+import secrets
+import sys
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from ..rewards import RewardError
+
+ENQUEUE_PATH, PULL_PATH, HEALTH_PATH = "/api/reward/enqueue", "/api/reward/pull", "/health"
+MEDIA_TYPES = ("image", "video", "latent")
+MAX_PULL_BYTES = 64 << 10
+LOG = logging.getLogger("cosmos_train.service")
+
+MediaRewardFunction = Callable[[np.ndarray, list[str], list[dict] | None], list[float]]
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    token: str | None  # None only when started with --no-auth
+    max_body_bytes: int = 256 << 20
+    max_header_bytes: int = 1 << 20  # the JSON line
+    max_batch: int = 256
+    max_queue: int = 64  # batches enqueued and not scored yet
+    result_ttl: float = 600.0  # seconds a scored result stays pullable
+    workers: int = 1  # scoring threads
+
+
+@dataclass
+class Job:
+    rewards: list[str]
+    input_info: dict[str, Any]
+    scores: dict[str, list[float]] | None = None
+    error: str | None = None
+    duration: float = 0.0
+
+
+@dataclass
+class Batch:
+    prompts: list[str]
+    rewards: list[str]
+    media: np.ndarray
+    metadata: list[dict] | None
+    input_info: dict[str, Any]
+
+
+def _refuse(status: int, message: str) -> HTTPException:
+    return HTTPException(status, message)
+
+
+# --- parsing the enqueue body -------------------------------------------------------------------------
+
+
+def read_npy(data: bytes) -> np.ndarray:
+    """A `.npy` byte stream as an array, never unpickling, never allocating more than the body holds."""
+    buffer = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(buffer)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(buffer)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(buffer)
+        else:
+            raise ValueError(f".npy format version {version} is not supported (1.0 or 2.0)")
+    except Exception as error:  # numpy's header parser raises several types on garbage; all are the client's
+        raise _refuse(400, f"the media is not a valid .npy stream: {_line(error)}") from None
+    if dtype.hasobject:
+        raise _refuse(
+            422, "the media is an object array; this service never unpickles (send uint8 or float16)"
+        )
+    declared = math.prod(shape) * dtype.itemsize
+    present = len(data) - buffer.tell()
+    if declared != present:
+        raise _refuse(
+            400, f"the .npy header declares {shape} {dtype} = {declared} bytes but the body holds {present}"
+        )
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, EOFError, OSError) as error:
+        raise _refuse(400, f"the media is not a valid .npy stream: {_line(error)}") from None
+
+
+def _line(error: Exception) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+def _check_media(media: np.ndarray, media_type: str) -> None:
+    if media_type == "latent":
+        if media.dtype != np.float16 or media.ndim < 1:
+            raise _refuse(
+                422, f"latent media must be float16 with a batch axis, got {media.dtype} {media.shape}"
+            )
+        return
+    ndim = 4 if media_type == "image" else 5
+    layout = "B x H x W x C" if media_type == "image" else "B x T x H x W x C"
+    if media.dtype != np.uint8:
+        raise _refuse(422, f"{media_type} media must be uint8, got {media.dtype}")
+    if media.ndim != ndim or media.shape[-1] not in (1, 3, 4) or 0 in media.shape:
+        raise _refuse(422, f"{media_type} media must be {layout} with C = 1, 3 or 4, got {media.shape}")
+
+
+def _per_sample_metadata(header: dict[str, Any], size: int) -> list[dict] | None:
+    """`metadata` as one dict per sample: a list of dicts, or a dict of per-sample columns. Without it, dict
+    `video_infos` carry the per-sample metadata (as the reference service passes GenEval tags)."""
+    metadata = header.get("metadata")
+    if metadata is None:
+        infos = header.get("video_infos")
+        return infos if infos and all(isinstance(i, dict) for i in infos) else None
+    if isinstance(metadata, dict):
+        if not all(isinstance(v, list) and len(v) == size for v in metadata.values()):
+            raise _refuse(422, f"'metadata' as a table needs one list of {size} values per key")
+        return [{key: values[i] for key, values in metadata.items()} for i in range(size)]
+    if (
+        not isinstance(metadata, list)
+        or len(metadata) != size
+        or not all(isinstance(m, dict) for m in metadata)
+    ):
+        raise _refuse(
+            422, f"'metadata' must be a list of {size} objects (one per sample) or a table of lists"
+        )
+    return metadata
+
+
+def parse_enqueue(body: bytes, settings: ServiceSettings, hosted: dict[str, Any]) -> Batch:
+    """The enqueue body as a checked batch, or an HTTPException (4xx) naming what is wrong."""
+    end = body.find(b"\n", 0, settings.max_header_bytes + 1)
+    if end < 0:
+        if len(body) > settings.max_header_bytes:
+            raise _refuse(
+                413,
+                f"no newline in the first max_header_bytes = {settings.max_header_bytes} bytes (JSON line)",
+            )
+        raise _refuse(400, "the body must be one JSON line, a newline, then .npy bytes (no newline found)")
+    try:
+        header = json.loads(body[:end])
+    except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise _refuse(400, f"the first line is not JSON: {_line(error)}") from None
+    if not isinstance(header, dict):
+        raise _refuse(422, "the JSON line must be an object with prompts, reward_fn and media_type")
+    prompts, reward_fn, media_type = header.get("prompts"), header.get("reward_fn"), header.get("media_type")
+    if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+        raise _refuse(422, "'prompts' must be a list of strings")
+    if not isinstance(reward_fn, dict) or not reward_fn:
+        raise _refuse(422, "'reward_fn' must be an object of reward name -> weight")
+    unknown = [name for name in reward_fn if name not in hosted]
+    if unknown:
+        raise _refuse(
+            422, f"unknown reward {unknown[0]!r}; this service hosts: {', '.join(hosted) or 'none'}"
+        )
+    if media_type not in MEDIA_TYPES:
+        raise _refuse(422, f"'media_type' must be one of {', '.join(MEDIA_TYPES)}, got {media_type!r}")
+    media = read_npy(body[end + 1 :])
+    if media.ndim == 0:
+        raise _refuse(422, "the media has no batch axis")
+    size = media.shape[0]
+    if size > settings.max_batch:
+        raise _refuse(413, f"a batch of {size} exceeds max_batch = {settings.max_batch}")
+    _check_media(media, media_type)
+    if media_type == "latent":
+        raise _refuse(422, "the hosted rewards score pixels; decode latents and send image or video uint8")
+    if len(prompts) != size:
+        raise _refuse(422, f"{len(prompts)} prompts for a batch of {size}")
+    infos = header.get("video_infos")
+    if infos is not None and (not isinstance(infos, list) or len(infos) != size):
+        raise _refuse(422, f"'video_infos' must be a list of {size} objects")
+    info = {"shape": list(media.shape), "dtype": str(media.dtype), "media_type": media_type}
+    return Batch(prompts, list(reward_fn), media, _per_sample_metadata(header, size), info)
+
+
+# --- the queue ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class RewardQueue:
+    """Jobs by uuid; scoring on `workers` threads; results forgotten `result_ttl` seconds after scoring."""
+
+    rewards: dict[str, MediaRewardFunction]
+    settings: ServiceSettings
+    jobs: dict[str, Job] = field(default_factory=dict)
+    pending: int = 0
+    _expiry: collections.deque = field(default_factory=collections.deque)  # (time, uuid), in time order
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.executor = ThreadPoolExecutor(self.settings.workers, thread_name_prefix="reward")
+
+    def submit(self, batch: Batch) -> str:
+        key = str(uuidlib.uuid4())
+        with self._lock:
+            self._forget_expired()
+            if self.pending >= self.settings.max_queue:
+                raise _refuse(
+                    429,
+                    f"the queue is full: {self.pending} batches waiting (max_queue = {self.settings.max_queue})",
+                )
+            self.pending += 1
+            self.jobs[key] = Job(batch.rewards, batch.input_info)
+        self.executor.submit(self._score, key, batch)
+        return key
+
+    def _score(self, key: str, batch: Batch) -> None:
+        start, scores, error, name = time.perf_counter(), {}, None, ""
+        try:
+            for name in batch.rewards:
+                scores[name] = self.rewards[name](batch.media, batch.prompts, batch.metadata)
+        except RewardError as failure:  # MediaReward's one line, naming the reward
+            error = _line(failure)
+        except Exception as failure:  # a bare function: name it here
+            error = f"reward '{name}' raised {type(failure).__name__}: {_line(failure)}"
+        with self._lock:
+            job = self.jobs[key]
+            job.scores, job.error = (None, error) if error else (scores, None)
+            job.duration = time.perf_counter() - start
+            self.pending -= 1
+            self._expiry.append((time.monotonic() + self.settings.result_ttl, key))
+
+    def _forget_expired(self) -> None:
+        now = time.monotonic()
+        while self._expiry and self._expiry[0][0] <= now:
+            self.jobs.pop(self._expiry.popleft()[1], None)
+
+    def result(self, key: str, reward: str) -> dict[str, Any]:
+        with self._lock:
+            self._forget_expired()
+            job = self.jobs.get(key)
+            if job is None:
+                raise _refuse(
+                    404,
+                    f"unknown or expired uuid {key} (results expire {self.settings.result_ttl:g} s after scoring)",
+                )
+            if reward not in job.rewards:
+                raise _refuse(422, f"{key} was enqueued for {', '.join(job.rewards)}, not {reward!r}")
+            if job.error is not None:
+                raise _refuse(422, f"scoring failed: {job.error}")
+            if job.scores is None:
+                raise _refuse(400, "not ready")
+            return {
+                "scores": {reward: job.scores[reward]},
+                "input_info": job.input_info,
+                "duration": round(job.duration, 6),
+                "type": reward,
+            }
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+# --- the app ------------------------------------------------------------------------------------------
+
+
+def _authorised(header: str | None, token: str) -> bool:
+    scheme, _, given = (header or "").partition(" ")
+    # Compare even a malformed header, so a refusal takes the same time whatever was wrong.
+    same = secrets.compare_digest(given.strip().encode("utf-8", "replace"), token.encode())
+    return same and scheme.lower() == "bearer"
+
+
+async def _read_body(request: Request, limit: int, bound: str) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _refuse(413, f"the body ({declared} bytes) exceeds {bound} = {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _refuse(413, f"the body exceeds {bound} = {limit}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction]) -> FastAPI:
+    """The service's FastAPI app, hosting `rewards` (name -> `f(media, prompts, metadata) -> list[float]`)."""
+    queue = RewardQueue(dict(rewards), settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        LOG.info(json.dumps({"event": "start", "rewards": list(rewards), "auth": settings.token is not None}))
+        yield
+        queue.close()
+
+    app = FastAPI(
+        title="cosmos-train reward service",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+    )
+    app.state.queue = queue
+
+    @app.middleware("http")
+    async def guard_and_log(request: Request, call_next):
+        start = time.perf_counter()
+        open_route = request.method == "GET" and request.url.path == HEALTH_PATH
+        if (
+            settings.token is not None
+            and not open_route
+            and not _authorised(request.headers.get("authorization"), settings.token)
+        ):
+            response = JSONResponse(
+                {"detail": "missing or wrong bearer token"}, 401, headers={"WWW-Authenticate": "Bearer"}
+            )
+        else:
+            try:
+                response = await call_next(request)
+            except Exception as error:  # logged and answered here, so even a bug leaves its log line
+                LOG.exception("unhandled error")
+                response = JSONResponse({"detail": f"internal error: {type(error).__name__}"}, 500)
+        LOG.info(
+            json.dumps(
+                {
+                    "time": round(time.time(), 3),
+                    "method": request.method,
+                    "path": request.url.path,
+                    "status": response.status_code,
+                    "duration_ms": round((time.perf_counter() - start) * 1000, 2),
+                    "uuid": getattr(request.state, "uuid", None),
+                    "client": request.client.host if request.client else None,
+                }
+            )
+        )
+        return response
+
+    @app.get(HEALTH_PATH)
+    async def health():
+        return {"status": "ok"}
+
+    @app.post(ENQUEUE_PATH)
+    async def enqueue(request: Request):
+        body = await _read_body(request, settings.max_body_bytes, "max_body_bytes")
+        batch = await run_in_threadpool(parse_enqueue, body, settings, queue.rewards)
+        request.state.uuid = queue.submit(batch)
+        return {"uuid": request.state.uuid}
+
+    @app.post(PULL_PATH)
+    async def pull(request: Request):
+        declared = request.headers.get("content-length", "")
+        if not declared.isdigit():
+            raise _refuse(411, "a pull needs a Content-Length")
+        if int(declared) > MAX_PULL_BYTES:
+            raise _refuse(413, f"the pull body ({declared} bytes) exceeds {MAX_PULL_BYTES} bytes")
+        body = await request.body()  # cached, so request.form() below reads it again
+        if request.headers.get("content-type", "").startswith("application/json"):
+            try:
+                fields = json.loads(body)
+            except ValueError as error:
+                raise _refuse(422, f"the pull body is not JSON: {_line(error)}") from None
+            if not isinstance(fields, dict):
+                raise _refuse(422, "the pull body must be a JSON object with uuid and type")
+        else:
+            fields = dict(await request.form(max_files=0, max_fields=16))
+        key, reward = fields.get("uuid"), fields.get("type")
+        if not isinstance(key, str) or not key or not isinstance(reward, str) or not reward:
+            raise _refuse(422, "a pull needs the fields 'uuid' and 'type' (the reward name)")
+        request.state.uuid = key
+        return queue.result(key, reward)
+
+    return app
+
+
+def run(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction], host: str, port: int) -> None:
+    """Serve until interrupted; request logs go to stderr as JSON lines."""
+    import uvicorn
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    LOG.handlers[:] = [handler]
+    LOG.setLevel(logging.INFO)
+    LOG.propagate = False
+    uvicorn.run(create_app(settings, rewards), host=host, port=port, log_level="warning", access_log=False)
+
+
+@contextlib.contextmanager
+def serving(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction], host: str = "127.0.0.1"):
+    """Run the service with uvicorn on a free port of `host` in a background thread; yields its base URL.
+    For tests and for hosting rewards inside another process."""
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind((host, 0))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings, rewards), log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the reward service did not start")
+            time.sleep(0.01)
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
