@@ -95,7 +95,7 @@ def clip_similarity(
             output = clip(**inputs)
         # text_embeds / image_embeds come out L2-normalised.
         cosines.append((output.image_embeds * output.text_embeds).sum(dim=-1).float().cpu().numpy())
-    return np.concatenate(cosines), float(clip.logit_scale.exp())
+    return np.concatenate(cosines), float(clip.logit_scale.detach().exp())
 
 
 @per_clip
@@ -200,7 +200,7 @@ def aesthetic(
     return values[:, 0].astype(np.float64).tolist()
 
 
-def preload(name: str, parameters: dict) -> None:
+def preload(name: str, **parameters) -> None:
     """Load a scorer's model (and head) now, so a bad path fails at start rather than on the first batch."""
     bound = inspect.signature(SCORERS[name]).bind_partial(**parameters)
     bound.apply_defaults()
