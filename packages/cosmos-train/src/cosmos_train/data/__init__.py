@@ -4,22 +4,32 @@
 max_length)` as the trainer's `data_collator`, for a text LM `tokenize_conversations(dataset, tokenizer,
 job.data)` as its (pre-tokenized) `train_dataset`. Both check the chat template once and limit the loss
 to the assistant turns (`[data] train_on = "assistant"`) as `templates.py` describes.
+
+Image/video + caption pairs for diffusion training: `load_pairs`, `collate_pairs` and `cache_pairs` (`pairs.py`).
 """
 
 from cosmos_train.data.loading import DataError, DataReport, load_conversations, to_text_messages
 from cosmos_train.data.media import VideoClip, load_video, sample_frame_indices
 
 __all__ = [
+    "CachedPairs",
     "DataError",
     "DataReport",
+    "LatentCache",
+    "PairDataset",
     "VideoClip",
     "build_collator",
+    "cache_pairs",
+    "collate_pairs",
     "load_conversations",
+    "load_pairs",
     "load_video",
     "sample_frame_indices",
     "to_text_messages",
     "tokenize_conversations",
 ]
+
+_PAIRS = {"CachedPairs", "LatentCache", "PairDataset", "cache_pairs", "collate_pairs", "load_pairs"}
 
 
 def __getattr__(name: str):
@@ -32,4 +42,8 @@ def __getattr__(name: str):
         from cosmos_train.data.text import tokenize_conversations
 
         return tokenize_conversations
+    if name in _PAIRS:  # these need torch
+        from cosmos_train.data import pairs
+
+        return getattr(pairs, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,19 +71,36 @@ def read_rows(data, normalize: Normalize, noun: str = "records") -> tuple[list[d
     else:
         raise DataError(f"{data.path}: unknown data format {data.format!r}")
     media_root = Path(data.media_dir) if data.media_dir else root
+    checked: dict[str, object] = {}  # media path -> problem, so a file shared by records is read once
+    return collect_rows(
+        records,
+        lambda record: normalize(record, media_root, data.system_prompt, checked),
+        data.path,
+        data.skip_bad,
+        noun,
+    )
 
+
+def collect_rows(
+    records: Iterable[tuple[str, Any]],
+    normalize: Callable[[Any], dict[str, Any]],
+    path: str,
+    skip_bad: bool,
+    noun: str = "records",
+) -> tuple[list[dict[str, Any]], DataReport]:
+    """Rows from `(source, record or _BadRecord)` pairs: a record whose reader or `normalize` raised `_BadRecord`
+    is a one-line `DataError` `"{source}: {reason}"`, or skipped and counted with `skip_bad`."""
     report = DataReport()
     rows: list[dict[str, Any]] = []
-    checked: dict[str, object] = {}  # media path -> problem, so a file shared by records is read once
     for source, record in records:
         report.total += 1
         try:
             if isinstance(record, _BadRecord):
                 raise record
-            row = normalize(record, media_root, data.system_prompt, checked)
+            row = normalize(record)
         except _BadRecord as bad:
             problem = f"{source}: {bad}"
-            if not data.skip_bad:
+            if not skip_bad:
                 raise DataError(problem) from None
             report.skipped += 1
             report.problems.append(problem)
@@ -98,7 +115,7 @@ def read_rows(data, normalize: Normalize, noun: str = "records") -> tuple[list[d
         )
     if not rows:
         detail = f" (skipped {report.skipped}; first: {report.problems[0]})" if report.problems else ""
-        raise DataError(f"{data.path}: no usable {noun}{detail}")
+        raise DataError(f"{path}: no usable {noun}{detail}")
     return rows, report
 
 
