@@ -1,0 +1,181 @@
+"""The batched Cosmos3 training forward equals upstream's per-sample forward: outputs and gradients."""
+
+import copy
+
+import pytest
+import torch
+from peft import LoraConfig
+
+from diffusers_cosmos3.batched import (
+    Cosmos3ReasonerCache,
+    Cosmos3TrainingSample,
+    batched_forward,
+    pack_samples,
+    per_sample_forward,
+)
+from diffusers_cosmos3.testing import build_pipeline
+
+torch.set_num_threads(1)
+
+# Generator-side and reasoner-side modules, so LoRA gradients cross both pathways.
+LORA_TARGETS = ["to_q", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "proj_in"]
+GENERATOR_TARGETS = ["add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "proj_in", "proj_out"]
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    return build_pipeline()
+
+
+def make_samples(pipeline, seed=0):
+    """t2i (one frame), t2v, i2v (frame 0 clean), v2v (frames 0, 1 clean); different prompts and t."""
+    channels = pipeline.transformer.config.latent_channel
+    generator = torch.Generator().manual_seed(seed)
+    specs = [
+        ("a cat", (1, 4, 4), (), 700.0),
+        ("a dog running through a park at dusk", (3, 4, 6), (), 300.0),
+        ("waves", (3, 2, 4), (0,), 500.0),
+        ("a red car driving along a mountain road", (4, 4, 4), (0, 1), 900.0),
+    ]
+    samples = []
+    for prompt, (frames, h, w), clean, timestep in specs:
+        pixel_frames = 1 if frames == 1 else (frames - 1) * pipeline.vae_scale_factor_temporal + 1
+        ids, _ = pipeline.tokenize_prompt(prompt, num_frames=pixel_frames, height=h * 16, width=w * 16)
+        x0 = torch.randn(channels, frames, h, w, generator=generator)
+        eps = torch.randn(channels, frames, h, w, generator=generator)
+        sigma = timestep / 1000
+        shape = (1, channels, frames, h, w) if frames == 4 else (channels, frames, h, w)  # both layouts
+        x_t = (sigma * eps + (1 - sigma) * x0).reshape(shape)
+        samples.append(Cosmos3TrainingSample(ids, x0.reshape(shape), x_t, timestep, clean))
+    return samples
+
+
+def loss_of(preds, samples, seed=1):
+    """Masked MSE against a fixed random target, on the noisy frames only."""
+    generator = torch.Generator().manual_seed(seed)
+    total = 0
+    for pred, sample in zip(preds, samples, strict=True):
+        target = torch.randn(pred.shape, generator=generator)
+        noisy = sample.noisy_frames()
+        total = total + (pred[:, :, noisy] - target[:, :, noisy]).square().mean()
+    return total
+
+
+def grads(transformer, preds, samples):
+    transformer.zero_grad(set_to_none=True)
+    loss_of(preds, samples).backward()
+    return {n: p.grad.clone() for n, p in transformer.named_parameters() if p.grad is not None}
+
+
+def assert_same(batched, reference, atol=1e-5):
+    assert len(batched) == len(reference)
+    for ours, theirs in zip(batched, reference, strict=True):
+        assert ours.shape == theirs.shape
+        torch.testing.assert_close(ours, theirs, atol=atol, rtol=1e-4)
+
+
+def assert_same_grads(batched, reference):
+    assert batched.keys() == reference.keys() and reference
+    for name in reference:
+        torch.testing.assert_close(batched[name], reference[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_pack_layout_text_first_then_vision(pipeline):
+    samples = make_samples(pipeline)
+    packed = pack_samples(pipeline, samples)
+    kw = packed.kwargs
+    assert kw["und_len"] == sum(packed.und_lengths) == len(kw["input_ids"])
+    assert kw["sequence_length"] == kw["und_len"] + sum(packed.gen_lengths)
+    assert kw["vision_sequence_indexes"].tolist() == list(range(kw["und_len"], kw["sequence_length"]))
+    # One timestep per noisy token; the clean (condition) frames get none.
+    noisy_tokens = [
+        len(s.noisy_frames()) * n // s.latents().shape[2]
+        for s, n in zip(samples, packed.gen_lengths, strict=True)
+    ]
+    assert len(kw["vision_timesteps"]) == len(kw["vision_mse_loss_indexes"]) == sum(noisy_tokens)
+    # A single sample packs exactly as the pipeline does: text at 0.., vision right after.
+    one = pack_samples(pipeline, samples[:1]).kwargs
+    assert one["und_len"] == len(samples[0].input_ids)
+    assert one["vision_sequence_indexes"][0] == one["und_len"]
+
+
+@pytest.mark.parametrize("attention", ["segments", "mask"])
+def test_outputs_and_gradients_equal_per_sample_forward(pipeline, attention):
+    transformer = pipeline.transformer
+    samples = make_samples(pipeline)
+    reference = per_sample_forward(transformer, pipeline, samples)
+    reference_grads = grads(transformer, reference, samples)
+    batched = batched_forward(transformer, pack_samples(pipeline, samples), attention=attention)
+    assert_same(batched, reference)
+    # Upstream's convention: zeros at the clean frames.
+    assert not batched[3][:, :, [0, 1]].any() and not batched[2][:, :, 0].any()
+    assert_same_grads(grads(transformer, batched, samples), reference_grads)
+    # The original processors are back.
+    assert all(type(p).__name__ == "Cosmos3AttnProcessor" for p in transformer.attn_processors.values())
+
+
+def test_lora_with_gradient_checkpointing(pipeline):
+    transformer = copy.deepcopy(pipeline.transformer)
+    transformer.add_adapter(
+        LoraConfig(r=4, lora_alpha=4, target_modules=LORA_TARGETS, init_lora_weights=False)
+    )
+    transformer.enable_gradient_checkpointing()
+    transformer.train()
+    samples = make_samples(pipeline, seed=2)
+    reference = per_sample_forward(transformer, pipeline, samples)
+    reference_grads = grads(transformer, reference, samples)
+    # Backward runs after the processors are restored: the recompute must still use the segment processor.
+    batched = batched_forward(transformer, pack_samples(pipeline, samples))
+    assert_same(batched, reference)
+    batched_grads = grads(transformer, batched, samples)
+    assert any("lora_" in name for name in reference_grads)
+    assert_same_grads(batched_grads, reference_grads)
+
+
+def test_reasoner_cache_replays_keys_and_values(pipeline):
+    transformer = copy.deepcopy(pipeline.transformer)
+    transformer.requires_grad_(False)  # frozen reasoner; LoRA on the generator only
+    transformer.add_adapter(
+        LoraConfig(r=4, lora_alpha=4, target_modules=GENERATOR_TARGETS, init_lora_weights=False)
+    )
+    samples = make_samples(pipeline, seed=3)
+    reference = per_sample_forward(transformer, pipeline, samples)
+    reference_grads = grads(transformer, reference, samples)
+    cache = Cosmos3ReasonerCache()
+    packed = pack_samples(pipeline, samples)
+    recorded = batched_forward(transformer, packed, cache=cache)  # unseen prompts: full run, recorded
+    assert len(cache) == len(samples)
+    assert_same(recorded, reference)
+    # New noise and timesteps, same prompts: the reasoner is skipped entirely.
+    renoised = make_samples(pipeline, seed=4)
+    reference = per_sample_forward(transformer, pipeline, renoised)
+    reference_grads = grads(transformer, reference, renoised)
+    replayed = batched_forward(transformer, pack_samples(pipeline, renoised), cache=cache)
+    assert_same(replayed, reference)
+    assert_same_grads(grads(transformer, replayed, renoised), reference_grads)
+
+    transformer.layers[0].self_attn.to_k.weight.requires_grad_(True)
+    with pytest.raises(ValueError, match="frozen reasoner"):
+        batched_forward(transformer, packed, cache=cache)
+
+
+def test_edge_family_and_reasoner_cache():
+    """Edge: relu2 MLPs, no text q/k norms, a generator key norm on the reasoner keys (stays trainable)."""
+    pipeline = build_pipeline(family="cosmos3_edge")
+    transformer = pipeline.transformer
+    samples = make_samples(pipeline)
+    reference = per_sample_forward(transformer, pipeline, samples)
+    assert_same(batched_forward(transformer, pack_samples(pipeline, samples)), reference)
+
+    transformer.requires_grad_(False)
+    norms = [layer.self_attn.k_norm_und_for_gen for layer in transformer.layers]
+    for norm in norms:
+        norm.requires_grad_(True)
+    reference_grads = grads(transformer, reference, samples)
+    assert any("k_norm_und_for_gen" in name for name in reference_grads)
+    cache = Cosmos3ReasonerCache()
+    packed = pack_samples(pipeline, samples)
+    batched_forward(transformer, packed, cache=cache)
+    replayed = batched_forward(transformer, packed, cache=cache)
+    assert_same(replayed, reference)
+    assert_same_grads(grads(transformer, replayed, samples), reference_grads)
