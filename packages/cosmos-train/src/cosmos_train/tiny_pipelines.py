@@ -135,3 +135,234 @@ def save_tiny_pipeline(family: str, path: str | Path, seed: int = 0) -> Path:
     path = Path(path)
     build_tiny_pipeline(family, seed=seed).save_pretrained(path)
     return path
+
+
+def _gemma2(tokenizer, seed: int):
+    from transformers import Gemma2Config, Gemma2Model
+
+    config = Gemma2Config(
+        vocab_size=_vocab(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=4096,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(seed)
+    return _seeded(seed, Gemma2Model(config))
+
+
+def _wan_vae(seed: int):
+    """A Wan 2.1 VAE (z_dim 16, 4x time, 8x space) with its default latents mean/std."""
+    from diffusers import AutoencoderKLWan
+
+    vae = AutoencoderKLWan(
+        base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
+    )
+    return _seeded(seed, vae)
+
+
+def build_sana(seed: int = 0):
+    """`SanaPipeline`: a 2-block linear-attention DiT, Gemma2, a 4x DC-AE; flow DPM-Solver, shift 3."""
+    from diffusers import AutoencoderDC, DPMSolverMultistepScheduler, SanaPipeline, SanaTransformer2DModel
+
+    tokenizer = byte_tokenizer(2048)  # room for SANA's long instruction prefix
+    torch.manual_seed(seed)
+    transformer = SanaTransformer2DModel(
+        patch_size=1,
+        in_channels=4,
+        out_channels=4,
+        num_layers=2,
+        num_attention_heads=2,
+        attention_head_dim=8,
+        num_cross_attention_heads=2,
+        cross_attention_head_dim=8,
+        cross_attention_dim=16,
+        caption_channels=16,
+        sample_size=32,
+    )
+    vae = AutoencoderDC(
+        in_channels=3,
+        latent_channels=4,
+        attention_head_dim=4,
+        encoder_block_types=("ResBlock", "ResBlock", "EfficientViTBlock"),
+        decoder_block_types=("ResBlock", "ResBlock", "EfficientViTBlock"),
+        encoder_block_out_channels=(8, 8, 8),
+        decoder_block_out_channels=(8, 8, 8),
+        encoder_qkv_multiscales=((), (), (5,)),
+        decoder_qkv_multiscales=((), (), (5,)),
+        encoder_layers_per_block=(1, 1, 1),
+        decoder_layers_per_block=(1, 1, 1),
+        downsample_block_type="conv",
+        upsample_block_type="interpolate",
+        scaling_factor=0.41407,
+    )
+    # Sana's released scheduler: flow-matching DPM-Solver++ with a time shift.
+    scheduler = DPMSolverMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0, solver_order=2
+    )
+    return SanaPipeline(
+        tokenizer=tokenizer,
+        text_encoder=_gemma2(tokenizer, seed + 1),
+        vae=_seeded(seed + 2, vae),
+        transformer=_seeded(seed, transformer),
+        scheduler=scheduler,
+    )
+
+
+def build_sana_video(seed: int = 0):
+    """`SanaVideoPipeline`: a 2-block video DiT, Gemma2, a Wan VAE; flow DPM-Solver, shift 8."""
+    from diffusers import DPMSolverMultistepScheduler, SanaVideoPipeline, SanaVideoTransformer3DModel
+
+    tokenizer = byte_tokenizer(2048)  # room for SANA's long instruction prefix
+    torch.manual_seed(seed)
+    transformer = SanaVideoTransformer3DModel(
+        in_channels=16,
+        out_channels=16,
+        num_layers=2,
+        num_attention_heads=2,
+        attention_head_dim=8,
+        num_cross_attention_heads=2,
+        cross_attention_head_dim=8,
+        cross_attention_dim=16,
+        caption_channels=16,
+        sample_size=8,
+        patch_size=(1, 2, 2),
+        rope_max_seq_len=32,
+    )
+    scheduler = DPMSolverMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=8.0, solver_order=2
+    )
+    return SanaVideoPipeline(
+        tokenizer=tokenizer,
+        text_encoder=_gemma2(tokenizer, seed + 1),
+        vae=_wan_vae(seed + 2),
+        transformer=_seeded(seed, transformer),
+        scheduler=scheduler,
+    )
+
+
+# Qwen2.5-VL's chat format, reduced to text parts (what `Cosmos2_5_PredictBasePipeline.encode_prompt` sends).
+_QWEN_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+from diffusers import ConfigMixin, ModelMixin  # noqa: E402  (the safety checker below must be module-level)
+
+
+class ToySafetyChecker(ModelMixin, ConfigMixin):
+    """Stands in for Cosmos Guardrail in the tiny random Cosmos pipeline only.
+
+    `Cosmos2_5_PredictBasePipeline` builds `CosmosSafetyChecker()` when given None (an ImportError without
+    `cosmos_guardrail`, which also downloads its own models) and refuses to run with None, so the tiny pipeline
+    saves this component instead, as diffusers' own Cosmos tests do. It is saved as
+    ["cosmos_train.tiny_pipelines", "ToySafetyChecker"]: diffusers resolves it on load once this module is
+    imported. Real Cosmos checkpoints keep their own checker (install `cosmos_guardrail`).
+    """
+
+    def __init__(self):
+        super().__init__()
+        # One saved tensor, so save_pretrained writes a weights file that from_pretrained finds.
+        self.register_buffer("_device_tracker", torch.zeros(1))
+
+    def check_text_safety(self, prompt: str) -> bool:
+        return True
+
+    def check_video_safety(self, frames):
+        return frames
+
+
+def build_cosmos_predict2_5(seed: int = 0):
+    """`Cosmos2_5_PredictBasePipeline`: a 2-block Cosmos DiT, Qwen2.5-VL, a Wan VAE; flow UniPC."""
+    from diffusers import (
+        Cosmos2_5_PredictBasePipeline,
+        CosmosTransformer3DModel,
+        UniPCMultistepScheduler,
+    )
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    tokenizer = byte_tokenizer(512)
+    tokenizer.chat_template = _QWEN_CHAT_TEMPLATE
+    layers, hidden = 2, 16
+    text_config = {
+        "vocab_size": _vocab(tokenizer),
+        "hidden_size": hidden,
+        "intermediate_size": 32,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 4096,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    vision_config = {
+        "depth": 1,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_heads": 2,
+        "out_hidden_size": hidden,
+        "fullatt_block_indexes": [0],
+    }
+    config = Qwen2_5_VLConfig(text_config=text_config, vision_config=vision_config)
+    torch.manual_seed(seed + 1)
+    text_encoder = _seeded(seed + 1, Qwen2_5_VLForConditionalGeneration(config))
+    torch.manual_seed(seed)
+    # The released model projects all Qwen layers' normalised states (layers x hidden) down to text_embed_dim.
+    transformer = CosmosTransformer3DModel(
+        in_channels=16 + 1,
+        out_channels=16,
+        num_attention_heads=2,
+        attention_head_dim=16,
+        num_layers=2,
+        mlp_ratio=2,
+        text_embed_dim=16,
+        adaln_lora_dim=4,
+        max_size=(4, 32, 32),
+        patch_size=(1, 2, 2),
+        rope_scale=(1.0, 3.0, 3.0),
+        concat_padding_mask=True,
+        extra_pos_embed_type=None,
+        use_crossattn_projection=True,
+        crossattn_proj_in_channels=layers * hidden,
+        encoder_hidden_states_channels=16,
+    )
+    scheduler = UniPCMultistepScheduler(
+        use_karras_sigmas=True,
+        use_flow_sigmas=True,
+        prediction_type="flow_prediction",
+        sigma_max=200.0,
+        sigma_min=0.01,
+    )
+    return Cosmos2_5_PredictBasePipeline(
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=_seeded(seed, transformer),
+        vae=_wan_vae(seed + 2),
+        scheduler=scheduler,
+        safety_checker=ToySafetyChecker(),
+    )
+
+
+PIPELINES.update(
+    {
+        "sana": ("SanaPipeline (linear DiT, Gemma2, 4x DC-AE), 32x32 images", build_sana),
+        "sana_video": ("SanaVideoPipeline (video DiT, Gemma2, Wan VAE), 9 frames of 32x32", build_sana_video),
+        "cosmos_predict2_5": (
+            "Cosmos2_5_PredictBasePipeline (Cosmos DiT, Qwen2.5-VL, Wan VAE), 9 frames of 32x32",
+            build_cosmos_predict2_5,
+        ),
+    }
+)

@@ -1,0 +1,71 @@
+"""SANA (`SanaPipeline`): a linear-attention DiT on Gemma2 with a DC-AE; latents scaled by `scaling_factor` only,
+the transformer's timestep is the scheduler's (0..1000) times `transformer.config.timestep_scale`."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from .adapter import DiffusionAdapter
+
+
+def call_default(pipeline, name: str):
+    """A default of the pipeline's `__call__` (what a plain `pipeline(prompt)` uses)."""
+    return inspect.signature(type(pipeline).__call__).parameters[name].default
+
+
+class SanaAdapter(DiffusionAdapter):
+    pipeline_class = "SanaPipeline"
+    # diffusers' train_dreambooth_lora_sana.py defaults.
+    lora_target_modules = ("to_k", "to_q", "to_v")
+
+    def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
+        pipe = self.pipeline
+        length = self.options.max_sequence_length or call_default(pipe, "max_sequence_length")
+        kwargs = {
+            "do_classifier_free_guidance": False,
+            "device": self.device,
+            "clean_caption": call_default(pipe, "clean_caption"),
+            "max_sequence_length": length,
+        }
+        # Prompts get SANA's complex human instruction as `__call__` sends them; the empty (unconditional)
+        # prompt is encoded without it, as the pipeline encodes its negative prompt.
+        embeds, mask, _, _ = pipe.encode_prompt(
+            prompts, complex_human_instruction=call_default(pipe, "complex_human_instruction"), **kwargs
+        )
+        empty = [i for i, prompt in enumerate(prompts) if not prompt]
+        if empty:
+            uncond, uncond_mask, _, _ = pipe.encode_prompt(
+                [""] * len(empty), complex_human_instruction=None, **kwargs
+            )
+            embeds[empty], mask[empty] = uncond.to(embeds.dtype), uncond_mask.to(mask.dtype)
+        return {"prompt_embeds": embeds, "prompt_attention_mask": mask}
+
+    def text_encoder_modules(self) -> list[torch.nn.Module]:
+        return [self.pipeline.text_encoder]
+
+    def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        vae = self.pipeline.vae
+        return vae.encode(pixels.to(vae.dtype)).latent * vae.config.scaling_factor
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        vae = self.pipeline.vae
+        return vae.decode(latents.to(vae.dtype) / vae.config.scaling_factor, return_dict=False)[0]
+
+    def model_timesteps(self, sigmas: torch.Tensor) -> torch.Tensor:
+        return super().model_timesteps(sigmas) * self.transformer.config.timestep_scale
+
+    def predict_velocity(self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None):
+        dtype = self.transformer.dtype
+        velocity = transformer(
+            noisy_latents.to(dtype),
+            encoder_hidden_states=conditioning["prompt_embeds"].to(dtype),
+            encoder_attention_mask=conditioning["prompt_attention_mask"],
+            timestep=self.model_timesteps(sigmas),
+            return_dict=False,
+        )[0]
+        config = self.transformer.config
+        if config.out_channels // 2 == config.in_channels:  # learned sigma: keep the velocity half
+            velocity = velocity.chunk(2, dim=1)[0]
+        return velocity

@@ -1,0 +1,89 @@
+"""SANA-Video (`SanaVideoPipeline`): a video DiT on Gemma2 with a Wan VAE (or LTX-2 / DC-AE-V); latents normalised
+with the VAE's latents mean/std, timesteps on the 0..1000 scale."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from .adapter import DiffusionAdapter
+
+
+def call_default(pipeline, name: str):
+    """A default of the pipeline's `__call__` (what a plain `pipeline(prompt)` uses)."""
+    return inspect.signature(type(pipeline).__call__).parameters[name].default
+
+
+def latents_stats(vae, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel (mean, std) as `SanaVideoPipeline` decodes: Wan config lists, LTX-2 buffers, else none."""
+    mean, std = getattr(vae, "latents_mean", None), getattr(vae, "latents_std", None)
+    if not isinstance(mean, torch.Tensor):
+        mean, std = vae.config.get("latents_mean"), vae.config.get("latents_std")
+    if mean is None:
+        return torch.zeros(channels), torch.ones(channels)
+    return torch.as_tensor(mean).float(), torch.as_tensor(std).float()
+
+
+class SanaVideoAdapter(DiffusionAdapter):
+    pipeline_class = "SanaVideoPipeline"
+    video = True
+    lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")
+
+    def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
+        pipe = self.pipeline
+        length = self.options.max_sequence_length or call_default(pipe, "max_sequence_length")
+        kwargs = {
+            "do_classifier_free_guidance": False,
+            "device": self.device,
+            "clean_caption": call_default(pipe, "clean_caption"),
+            "max_sequence_length": length,
+        }
+        # As in `SanaAdapter`: the instruction prefix for prompts, none for the unconditional (empty) prompt.
+        embeds, mask, _, _ = pipe.encode_prompt(
+            prompts, complex_human_instruction=call_default(pipe, "complex_human_instruction"), **kwargs
+        )
+        empty = [i for i, prompt in enumerate(prompts) if not prompt]
+        if empty:
+            uncond, uncond_mask, _, _ = pipe.encode_prompt(
+                [""] * len(empty), complex_human_instruction=None, **kwargs
+            )
+            embeds[empty], mask[empty] = uncond.to(embeds.dtype), uncond_mask.to(mask.dtype)
+        return {"prompt_embeds": embeds, "prompt_attention_mask": mask}
+
+    def text_encoder_modules(self) -> list[torch.nn.Module]:
+        return [self.pipeline.text_encoder]
+
+    def _stats(self, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, 1 / std), shaped and typed for `latents`: the pipeline's own arithmetic, so results match bitwise."""
+        mean, std = latents_stats(self.pipeline.vae, latents.shape[1])
+        shape = (1, -1, 1, 1, 1)
+        return mean.view(shape).to(latents), 1.0 / std.view(shape).to(latents)
+
+    def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        vae = self.pipeline.vae
+        encoded = vae.encode(pixels.to(vae.dtype))
+        # The mode, as SANA-Video's image-to-video pipeline encodes its conditioning frames.
+        latents = encoded.latent if hasattr(encoded, "latent") else encoded.latent_dist.mode()
+        mean, inv_std = self._stats(latents)
+        return (latents - mean) * inv_std
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        vae = self.pipeline.vae
+        latents = latents.to(vae.dtype)
+        mean, inv_std = self._stats(latents)
+        return vae.decode(latents / inv_std + mean, return_dict=False)[0]
+
+    def predict_velocity(self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None):
+        dtype = self.transformer.dtype
+        velocity = transformer(
+            noisy_latents.to(dtype),
+            encoder_hidden_states=conditioning["prompt_embeds"].to(dtype),
+            encoder_attention_mask=conditioning["prompt_attention_mask"],
+            timestep=self.model_timesteps(sigmas),
+            return_dict=False,
+        )[0]
+        config = self.transformer.config
+        if config.out_channels // 2 == config.in_channels:  # learned sigma: keep the velocity half
+            velocity = velocity.chunk(2, dim=1)[0]
+        return velocity
