@@ -407,7 +407,9 @@ def serving(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction], 
 
     import uvicorn
 
-    sock = socket.socket()
+    # IPPROTO_TCP given explicitly: asyncio sets TCP_NODELAY only on sockets that name it, and without it
+    # every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind((host, 0))
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings, rewards), log_level="warning", access_log=False)
