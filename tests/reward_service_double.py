@@ -148,7 +148,8 @@ class RewardServiceDouble:
 def serve(**knobs: Any) -> Iterator[RewardServiceDouble]:
     """Run a `RewardServiceDouble(**knobs)` with uvicorn on 127.0.0.1 (a free port) in a background thread."""
     service = RewardServiceDouble(**knobs)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # so asyncio sets TCP_NODELAY
+    # IPPROTO_TCP named, so asyncio sets TCP_NODELAY (else keep-alive answers wait ~40 ms for a delayed ACK).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     service.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     server = uvicorn.Server(uvicorn.Config(service.app(), log_level="warning", lifespan="off"))

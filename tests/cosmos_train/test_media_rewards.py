@@ -85,3 +85,33 @@ def test_bad_media_is_a_one_line_error(media, message):
 def test_color_target_rejects_a_bad_target():
     with pytest.raises(ValueError, match=r"three values in 0\.\.255"):
         color_target(np.zeros((1, 4, 4, 3), np.uint8), target=[300, 0])
+
+
+def test_media_rewards_are_registered_apart_from_text_rewards():
+    from cosmos_train.rewards import (
+        MEDIA_BUILTINS,
+        RewardError,
+        RewardSpec,
+        build_media_rewards,
+        build_rewards,
+        check_reward,
+    )
+
+    assert set(MEDIA_REWARDS) | {"ocr", "pickscore", "hps", "aesthetic"} == set(MEDIA_BUILTINS)
+    check_reward("color_target", {"target": [0, 0, 255]}, media=True)
+    with pytest.raises(ValueError, match=r"color_target: unknown parameter 'targt' \(it takes: target\)"):
+        check_reward("color_target", {"targt": [0, 0, 255]}, media=True)
+    with pytest.raises(
+        ValueError, match=r"'brightness' scores images or videos .* text built-ins are accuracy"
+    ):
+        check_reward("brightness")  # a GRPO job's [rewards]
+    with pytest.raises(ValueError, match="'format' scores text completions"):
+        check_reward("format", media=True)
+    with pytest.raises(RewardError, match="'brightness' scores images or videos"):
+        build_rewards([RewardSpec("brightness", 1.0, {})])
+    (reward,) = build_media_rewards([RewardSpec("color_target", 2.0, {"target": [0, 0, 255]})])
+    blue = np.zeros((1, 4, 4, 3), np.uint8)
+    blue[..., 2] = 255
+    assert (reward.name, reward.weight, reward(blue, ["p"])) == ("color_target", 2.0, [1.0])
+    with pytest.raises(RewardError, match=r"reward 'color_target' raised ValueError: media must be uint8"):
+        reward(blue.astype(np.float32), ["p"])

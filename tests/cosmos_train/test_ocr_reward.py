@@ -85,7 +85,8 @@ def test_engine_by_import_path_through_build_media_rewards(tmp_path, monkeypatch
     monkeypatch.syspath_prepend(str(tmp_path))
     (reward,) = build_media_rewards([RewardSpec("ocr", 1.0, {"engine": "my_ocr_engine:read"})])
     images = np.zeros((2, 8, 8, 3), np.uint8)
-    assert reward(images, ['says "hello"', 'says "help"']) == pytest.approx([1.0, 0.5])  # "hello" -> "help": 2
+    # "hello" -> "help" is 2 edits: 1 - 2/4.
+    assert reward(images, ['says "hello"', 'says "help"']) == pytest.approx([1.0, 0.5])
     with pytest.raises(RewardError, match=r"reward 'ocr' raised ValueError: ocr: the prompt quotes no text"):
         reward(images, ["x", "y"])
 

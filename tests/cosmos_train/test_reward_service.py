@@ -446,3 +446,11 @@ def test_sigkill_and_restart_while_a_client_polls(service_process):
     with pytest.raises(RemoteRewardError, match=r"gave up after 4 attempts \(ConnectError"):
         brief.fetch(pending)
     assert time.monotonic() - start < 5
+
+
+def test_remote_media_reward_through_build_media_rewards(url):
+    """`remote:<name>` in a diffusion job's [rewards]: media type from the array, metadata in the header."""
+    (reward,) = build_media_rewards([RewardSpec("remote:brightness", 1.0, {})], client=client_for(url))
+    assert reward(VIDEOS, ["a", "b"]) == pytest.approx([np.mean(brightness(clip)) for clip in VIDEOS])
+    (echo,) = build_media_rewards([RewardSpec("remote:echo", 1.0, {})], client=client_for(url))
+    assert echo(IMAGES, ["a", "b", "c"], [{"n": 1}, {"n": 2}, {"n": 3}]) == [1.0, 2.0, 3.0]
