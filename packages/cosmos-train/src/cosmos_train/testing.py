@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from cosmos_train.tiny_pipelines import PIPELINES, save_tiny_pipeline
 from transformers_cosmos3.testing import (
     CHAT_TEMPLATE,
     ROPE_THETA,
@@ -117,6 +118,8 @@ KINDS = {
     "qwen2_5_vl": "Qwen2.5-VL with its processor",
     "cosmos3": "Cosmos3 reasoner (transformers layout) with its processor",
     "cosmos3_edge": "Cosmos3 Edge reasoner (transformers layout) with its processor",
+    # Diffusers pipelines for the diffusion trainers (`cosmos_train.tiny_pipelines`).
+    **{family: description for family, (description, _) in PIPELINES.items()},
 }
 
 
@@ -130,4 +133,6 @@ def save_tiny_model(kind: str, path: str | Path) -> Path:
         return save_tiny_cosmos3_reasoner(path)
     if kind == "cosmos3_edge":
         return save_tiny_cosmos3_reasoner(path, family="cosmos3_edge")
+    if kind in PIPELINES:
+        return save_tiny_pipeline(kind, path)
     raise ValueError(f"unknown tiny model kind {kind!r}; expected one of: {', '.join(KINDS)}")

@@ -105,10 +105,13 @@ def build_sd3(seed: int = 0):
         use_quant_conv=False,
         use_post_quant_conv=False,
     )
+    vae = _seeded(seed + 4, vae)
+    with torch.no_grad():  # a trained VAE's posterior is narrow: random log-variances would drown the latents
+        vae.encoder.conv_out.bias[vae.config.latent_channels :] = -12.0
     return StableDiffusion3Pipeline(
         transformer=_seeded(seed, transformer),
         scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-        vae=_seeded(seed + 4, vae),
+        vae=vae,
         text_encoder=clip(1),
         tokenizer=clip_tokenizer,
         text_encoder_2=clip(2),
@@ -118,9 +121,20 @@ def build_sd3(seed: int = 0):
     )
 
 
+def build_cosmos3(seed: int = 0):
+    """`Cosmos3OmniPipeline`: diffusers-cosmos3's tiny one (2-layer MoT, Wan2.2-style VAE, no safety checker)."""
+    from diffusers_cosmos3.testing import build_pipeline
+
+    return build_pipeline(seed=seed)
+
+
 # {family: (description, builder)}. Adapters' tests and `make-tiny` iterate over it.
 PIPELINES: dict[str, tuple[str, Callable]] = {
     "sd3": ("StableDiffusion3Pipeline (MMDiT, CLIP x2 + T5, 2x VAE), 32x32 images", build_sd3),
+    "cosmos3": (
+        "Cosmos3OmniPipeline (reasoner + generator MoT, Wan2.2 VAE), 9 frames of 32x32",
+        build_cosmos3,
+    ),
 }
 
 

@@ -72,6 +72,11 @@ class DiffusionAdapter:
             if isinstance(m, torch.nn.Module) and m is not self.transformer
         ]
 
+    def prepare_full_finetuning(self) -> None:
+        """Full fine-tuning: let the parameters that train require grad (all of the transformer by default;
+        a family with parts that must stay frozen, such as Cosmos3's reasoner, narrows this)."""
+        self.transformer.requires_grad_(True)
+
     # --- text ------------------------------------------------------------------------------------------
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
@@ -175,7 +180,7 @@ class DiffusionAdapter:
         metadata = {
             "r": rank,
             "lora_alpha": alpha,
-            "target_modules": sorted(self._lora_modules(lora_state_dict)),
+            "target_modules": sorted(self.transformer.peft_config["default"].target_modules),
         }
         type(self.pipeline).save_lora_weights(
             folder, transformer_lora_layers=lora_state_dict, transformer_lora_adapter_metadata=metadata
@@ -184,10 +189,6 @@ class DiffusionAdapter:
     def lora_loading_call(self, folder: Path) -> str:
         """The documented diffusers call that loads `save_lora`'s output (shown in export model cards)."""
         return f'pipe.load_lora_weights("{folder}")'
-
-    @staticmethod
-    def _lora_modules(lora_state_dict: dict[str, torch.Tensor]) -> set[str]:
-        return {key.split(".lora_")[0].rsplit(".", 1)[-1] for key in lora_state_dict}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -78,7 +78,8 @@ def export_diffusion(
             adapter, lora_section.r, lora_section.alpha, lora_section.dropout, lora_section.target_modules
         )
         lora = {"r": lora_section.r, "alpha": lora_section.alpha, "target_modules": targets}
-    adapter.transformer.requires_grad_(lora is None)  # the trained parameters, as in the run
+    else:
+        adapter.transformer.requires_grad_(True)  # the trained parameters, as in the run: EMA keys
     adapter.transformer.load_state_dict(load_file(weights), strict=True)
     if use_ema:
         average = EMACallback(adapter.transformer, decay=0.5)

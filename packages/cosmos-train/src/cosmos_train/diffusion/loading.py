@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import torch
 
-from .adapter import AdapterOptions, DiffusionAdapter, adapter_class_for, pipeline_class_name
+from .adapter import AdapterOptions, DiffusionAdapter, adapter_class_for
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +22,13 @@ def load_adapter(name_or_path: str, options: AdapterOptions, dtype: str = "float
     """
     from diffusers import DiffusionPipeline
 
-    adapter_class = adapter_class_for(pipeline_class_name(name_or_path))
+    config = DiffusionPipeline.load_config(name_or_path)
+    adapter_class = adapter_class_for(config["_class_name"])
+    # diffusers finds a component class of a non-library module only once that module is imported
+    # (the tiny pipelines' stand-in safety checker lives in cosmos_train).
+    for entry in config.values():
+        if isinstance(entry, list) and entry and str(entry[0]).startswith("cosmos_train."):
+            importlib.import_module(entry[0])
     pipeline = DiffusionPipeline.from_pretrained(
         name_or_path, dtype=DTYPES[dtype], **adapter_class.pipeline_load_kwargs
     )

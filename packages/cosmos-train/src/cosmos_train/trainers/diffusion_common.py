@@ -210,7 +210,10 @@ def export_pipeline(
 def prepare_adapter(job) -> tuple[DiffusionAdapter, dict | None]:
     """Load the job's pipeline and adapter, add its LoRA (or train all of the transformer), and turn on
     gradient checkpointing when `[train]` asks."""
+    from transformers import set_seed
+
     config = job.config
+    set_seed(job.args.seed)  # the LoRA's random init: reruns of a job start from the same weights
     options = AdapterOptions(
         conditioning_mix=dict(config.diffusion.conditioning_mix),
         max_sequence_length=config.diffusion.max_sequence_length,
@@ -223,7 +226,7 @@ def prepare_adapter(job) -> tuple[DiffusionAdapter, dict | None]:
         )
         lora = {"r": config.lora.r, "alpha": config.lora.alpha, "target_modules": targets}
     else:
-        adapter.transformer.requires_grad_(True)
+        adapter.prepare_full_finetuning()
     if config.train.gradient_checkpointing:
         adapter.transformer.enable_gradient_checkpointing()
     adapter.transformer.train()

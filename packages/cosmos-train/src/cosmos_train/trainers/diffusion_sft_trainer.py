@@ -35,23 +35,8 @@ class DiffusionSFTTrainer(DiffusionTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         latents, conditioning = self.latents_and_conditioning(inputs)
-        noise = torch.randn_like(latents)
-        density = self.diffusion
-        sigmas = sample_sigmas(
-            latents.shape[0],
-            density.timestep_density,
-            density.logit_mean,
-            density.logit_std,
-            density.mode_scale,
-        )
-        sigmas = self.adapter.shift_sigmas(sigmas).to(latents.device)
-        condition_frames = self.adapter.condition_frames(latents)
-        noisy = add_noise(latents, noise, sigmas, condition_frames)
-        prediction = self.adapter.predict_velocity(model, noisy, sigmas, conditioning, condition_frames)
-        loss = flow_matching_loss(
-            prediction, latents, noise, sigmas, condition_frames, density.loss_weighting
-        )
-        return (loss, prediction) if return_outputs else loss
+        loss = flow_matching_step(self.adapter, model, latents, conditioning, self.diffusion)
+        return (loss, None) if return_outputs else loss
 
     def latents_and_conditioning(self, inputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Clean latents and text conditioning for a batch: from the cache, or encoded now (frozen, no grad)."""
@@ -76,18 +61,35 @@ class DiffusionSFTTrainer(DiffusionTrainer):
         if not dropped.any():
             return conditioning
         if self._unconditional is None:
-            with torch.no_grad():
-                self._unconditional = self.adapter.encode_prompts([""])
+            self._unconditional = self.train_dataset.unconditional()
         rows = dropped.to(next(iter(conditioning.values())).device)
         out = {}
         for key, value in conditioning.items():
-            empty = self._unconditional[key].to(value)
+            empty = self._unconditional[key].to(value)[None]  # the cache keeps it without a batch dim
             if empty.shape[1:] != value.shape[1:]:
                 raise ValueError(
                     f"text_dropout with cached conditioning needs fixed-length '{key}'; turn [data] cache off"
                 )
             out[key] = torch.where(rows.reshape(-1, *[1] * (value.dim() - 1)), empty, value)
         return out
+
+
+def flow_matching_step(adapter, model, latents, conditioning, diffusion) -> torch.Tensor:
+    """The SFT loss on clean latents: draw noise levels from the job's density, shift them as the model
+    does, noise the latents (conditioning frames stay clean), and regress the velocity noise - x0."""
+    noise = torch.randn_like(latents)
+    sigmas = sample_sigmas(
+        latents.shape[0],
+        diffusion.timestep_density,
+        diffusion.logit_mean,
+        diffusion.logit_std,
+        diffusion.mode_scale,
+    )
+    sigmas = adapter.shift_sigmas(sigmas).to(latents.device)
+    condition_frames = adapter.condition_frames(latents)
+    noisy = add_noise(latents, noise, sigmas, condition_frames)
+    prediction = adapter.predict_velocity(model, noisy, sigmas, conditioning, condition_frames)
+    return flow_matching_loss(prediction, latents, noise, sigmas, condition_frames, diffusion.loss_weighting)
 
 
 def run_diffusion_sft(job: Job, callbacks: list | None = None) -> DiffusionSFTTrainer:
@@ -98,11 +100,14 @@ def run_diffusion_sft(job: Job, callbacks: list | None = None) -> DiffusionSFTTr
     adapter, lora = prepare_adapter(job)
     dataset, report = load_pairs(config.data, video=adapter.video)
     logger.info("training on %d pairs (%d skipped)", report.kept, report.skipped)
+    collate = collate_pairs
     if config.data.cache:
         from ..data.pairs import cache_pairs
 
         cache_dir = Path(config.data.cache_dir or Path(job.args.output_dir) / "cache")
-        dataset = cache_pairs(dataset, adapter, cache_dir)
+        with job.args.main_process_first(desc="caching latents and text embeddings"):
+            dataset = cache_pairs(dataset, adapter, cache_dir)  # the main process writes, the others read
+        collate = dataset.collate
 
     trainer = DiffusionSFTTrainer(
         adapter,
@@ -111,7 +116,7 @@ def run_diffusion_sft(job: Job, callbacks: list | None = None) -> DiffusionSFTTr
         lora=lora,
         args=job.args,
         train_dataset=dataset,
-        data_collator=collate_pairs,
+        data_collator=collate,
         callbacks=callbacks,
     )
     if config.diffusion.validation_steps:
