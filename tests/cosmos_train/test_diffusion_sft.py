@@ -4,6 +4,7 @@ pipeline, and a killed run resumes bit-equal, EMA included."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -171,3 +172,38 @@ def test_sigkill_then_resume_is_bit_equal_with_the_ema(tmp_path, tiny):
         assert final.keys() == reference.keys(), name
         for key in reference:
             assert torch.equal(final[key], reference[key]), (name, key)
+
+
+@pytest.mark.slow
+def test_ddp_two_processes(tmp_path, tiny):
+    """`accelerate launch` on 2 CPU processes (gloo DDP): both ranks train, and the run checkpoints and
+    exports as a single process does."""
+    import socket
+
+    from cosmos_train.launch import ACCELERATE_CONFIG
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    job = write_diffusion_job(
+        tmp_path, tiny("sd3"), IMAGE_PAIRS,
+        train={"max_steps": 4, "save_steps": 4, "per_device_train_batch_size": 2}, diffusion={"ema_decay": 0.5},
+    )  # fmt: skip
+    launcher = Path(sys.executable).with_name("accelerate")
+    result = subprocess.run(
+        [launcher, "launch", "--config_file", ACCELERATE_CONFIG, "--num_processes", "2",
+         "--main_process_port", str(port), "-m", "cosmos_train", "diffusion-sft", "-c", job],
+        capture_output=True, text=True, timeout=600,
+        env=os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    checkpoint = tmp_path / "run" / "checkpoint-4"
+    assert is_complete(checkpoint)
+    assert {path.name for path in checkpoint.glob("rng_state_*.pth")} == {
+        "rng_state_0.pth",
+        "rng_state_1.pth",
+    }
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert state["train_batch_size"] == 2 and state["global_step"] == 4
+    pipeline = DiffusionPipeline.from_pretrained(tiny("sd3"))
+    pipeline.load_lora_weights(tmp_path / "run" / "safetensors" / "step_4" / "lora")

@@ -118,9 +118,11 @@ KINDS = {
     "qwen2_5_vl": "Qwen2.5-VL with its processor",
     "cosmos3": "Cosmos3 reasoner (transformers layout) with its processor",
     "cosmos3_edge": "Cosmos3 Edge reasoner (transformers layout) with its processor",
-    # Diffusers pipelines for the diffusion trainers (`cosmos_train.tiny_pipelines`).
-    **{family: description for family, (description, _) in PIPELINES.items()},
 }
+# Diffusers pipelines for the diffusion trainers (`cosmos_train.tiny_pipelines`); a family named like a
+# model kind above gets a `_pipeline` suffix (`cosmos3_pipeline`).
+PIPELINE_KINDS = {(f"{f}_pipeline" if f in KINDS else f): f for f in PIPELINES}
+KINDS |= {kind: PIPELINES[family][0] for kind, family in PIPELINE_KINDS.items()}
 
 
 def save_tiny_model(kind: str, path: str | Path) -> Path:
@@ -133,6 +135,6 @@ def save_tiny_model(kind: str, path: str | Path) -> Path:
         return save_tiny_cosmos3_reasoner(path)
     if kind == "cosmos3_edge":
         return save_tiny_cosmos3_reasoner(path, family="cosmos3_edge")
-    if kind in PIPELINES:
-        return save_tiny_pipeline(kind, path)
+    if kind in PIPELINE_KINDS:
+        return save_tiny_pipeline(PIPELINE_KINDS[kind], path)
     raise ValueError(f"unknown tiny model kind {kind!r}; expected one of: {', '.join(KINDS)}")
