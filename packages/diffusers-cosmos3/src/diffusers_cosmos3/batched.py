@@ -427,6 +427,13 @@ def _generator_only(packed: Cosmos3PackedBatch) -> dict[str, Any]:
     return kw
 
 
+def _unwrap(transformer):
+    """The `Cosmos3OmniTransformer` inside a DDP / DeepSpeed wrapper (those keep it as `.module`)."""
+    while not hasattr(transformer, "layers") and hasattr(transformer, "module"):
+        transformer = transformer.module
+    return transformer
+
+
 def batched_forward(
     transformer,
     packed: Cosmos3PackedBatch,
@@ -435,11 +442,14 @@ def batched_forward(
 ) -> list[torch.Tensor]:
     """Velocity predictions for every packed sample in one call of upstream's forward.
 
+    `transformer` may be wrapped by DDP / DeepSpeed: the attention processors are installed on the module
+    inside, and the wrapper's forward is called.
     Returns upstream's convention: one `[1, C, T, H, W]` tensor per sample, zeros at the clean frames.
     With `cache`, prompts seen before skip the reasoner (their AR keys/values are replayed); a batch
     with any unseen prompt runs the full sequence and records them.
     """
-    layer_index = {layer.self_attn: i for i, layer in enumerate(transformer.layers)}
+    module = _unwrap(transformer)
+    layer_index = {layer.self_attn: i for i, layer in enumerate(module.layers)}
     replay = cache is not None and all(p in cache for p in packed.prompts)
     if cache is not None:
         _check_reasoner_frozen(transformer)
@@ -453,5 +463,6 @@ def batched_forward(
         replay=replay,
     )
     kwargs = _generator_only(packed) if replay else packed.kwargs
-    with segment_attention(transformer, processor):
+    # Processors go on the inner module; the call goes through the wrapper, so DDP still syncs gradients.
+    with segment_attention(module, processor):
         return transformer(**kwargs).sample
