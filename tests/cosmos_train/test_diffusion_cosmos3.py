@@ -322,7 +322,9 @@ def test_cli_diffusion_sft_trains_on_tiny_cosmos3(folder, tmp_path, mode):
     lines = ['kind = "diffusion-sft"\n', f'[model]\nname_or_path = "{folder}"\n']
     if mode == "lora":
         lines.append("[lora]\nr = 4\nalpha = 8\n")
-    lines.append(f'[data]\npath = "{data}"\nheight = 32\nwidth = 32\nnum_frames = 5\n')
+    # LoRA runs on the latent/text cache: text dropout then swaps in the cached empty prompt (fixed-length rows).
+    cache = "cache = true\n" if mode == "lora" else ""
+    lines.append(f'[data]\npath = "{data}"\nheight = 32\nwidth = 32\nnum_frames = 5\n{cache}')
     lines.append("[diffusion]\n" + "".join(f"{k} = {_value(v)}\n" for k, v in diffusion.items()))
     lines.append("[train]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in train.items()))
     job = tmp_path / "job.toml"
