@@ -45,6 +45,7 @@ def write_diffusion_job(
     train: dict | None = None,
     diffusion: dict | None = None,
     kind: str = "diffusion-sft",
+    cache: bool = False,
 ) -> Path:
     settings = {
         "output_dir": str(folder / "run"),
@@ -59,9 +60,10 @@ def write_diffusion_job(
     diffusion = {"max_sequence_length": 16} | (diffusion or {})
     lines = [f'kind = "{kind}"\n', f'[model]\nname_or_path = "{model}"\n']
     if lora:
-        lines.append("[lora]\nr = 16\nalpha = 16\n")
+        lines.append("[lora]\nr = 16\nalpha = 32\n")
     frames = f"num_frames = {num_frames}\n" if num_frames else ""
-    lines.append(f'[data]\npath = "{data}"\nheight = 32\nwidth = 32\n{frames}')
+    data_extra = f'cache = true\ncache_dir = "{folder / "cache"}"\n' if cache else ""
+    lines.append(f'[data]\npath = "{data}"\nheight = 32\nwidth = 32\n{frames}{data_extra}')
     lines.append("[diffusion]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in diffusion.items()))
     lines.append("[train]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in settings.items()))
     job = folder / "job.toml"
@@ -77,7 +79,10 @@ def fixed_loss(adapter, model, batch: dict, diffusion, seeds=(0, 1, 2, 3)) -> fl
     with torch.random.fork_rng(), torch.no_grad():
         for seed in seeds:
             torch.manual_seed(seed)
-            latents = adapter.encode_pixels(batch["pixels"]).float()
-            conditioning = adapter.encode_prompts(batch["prompts"])
+            if "latents" in batch:  # cached
+                latents, conditioning = batch["latents"], batch["conditioning"]
+            else:
+                latents = adapter.encode_pixels(batch["pixels"]).float()
+                conditioning = adapter.encode_prompts(batch["prompts"])
             values.append(flow_matching_step(adapter, model, latents, conditioning, diffusion).item())
     return statistics.mean(values)

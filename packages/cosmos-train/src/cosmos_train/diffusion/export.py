@@ -79,7 +79,7 @@ def export_diffusion(
         )
         lora = {"r": lora_section.r, "alpha": lora_section.alpha, "target_modules": targets}
     else:
-        adapter.transformer.requires_grad_(True)  # the trained parameters, as in the run: EMA keys
+        adapter.prepare_full_finetuning()  # the trained parameters, as in the run: the EMA's keys
     adapter.transformer.load_state_dict(load_file(weights), strict=True)
     if use_ema:
         average = EMACallback(adapter.transformer, decay=0.5)
