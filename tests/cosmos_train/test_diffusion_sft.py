@@ -20,7 +20,6 @@ from safetensors.torch import load_file
 from sft_helpers import cli
 
 from cosmos_train.checkpoints import is_complete
-from cosmos_train.data.pairs import collate_pairs
 from cosmos_train.diffusion.adapter import adapter_class_for, pipeline_class_name
 from cosmos_train.diffusion.loading import load_adapter
 from cosmos_train.jobs import read_job
