@@ -6,6 +6,8 @@ job.data)` as its (pre-tokenized) `train_dataset`. Both check the chat template 
 to the assistant turns (`[data] train_on = "assistant"`) as `templates.py` describes.
 
 Image/video + caption pairs for diffusion training: `load_pairs`, `collate_pairs` and `cache_pairs` (`pairs.py`).
+Prompt lists for diffusion RL (txt, GenEval, JSONL): `load_prompt_list` and `collate_prompts`
+(`diffusion_prompts.py`).
 """
 
 from cosmos_train.data.loading import DataError, DataReport, load_conversations, to_text_messages
@@ -17,12 +19,15 @@ __all__ = [
     "DataReport",
     "LatentCache",
     "PairDataset",
+    "PromptDataset",
     "VideoClip",
     "build_collator",
     "cache_pairs",
     "collate_pairs",
+    "collate_prompts",
     "load_conversations",
     "load_pairs",
+    "load_prompt_list",
     "load_video",
     "sample_frame_indices",
     "to_text_messages",
@@ -30,6 +35,7 @@ __all__ = [
 ]
 
 _PAIRS = {"CachedPairs", "LatentCache", "PairDataset", "cache_pairs", "collate_pairs", "load_pairs"}
+_PROMPT_LISTS = {"PromptDataset", "collate_prompts", "load_prompt_list"}
 
 
 def __getattr__(name: str):
@@ -46,4 +52,8 @@ def __getattr__(name: str):
         from cosmos_train.data import pairs
 
         return getattr(pairs, name)
+    if name in _PROMPT_LISTS:  # these need torch too
+        from cosmos_train.data import diffusion_prompts
+
+        return getattr(diffusion_prompts, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
