@@ -103,7 +103,7 @@ def test_train_on_is_a_data_choice_not_a_trl_switch(tmp_path):
         (GOOD.replace('"zero2"', '"zero2"\n[train.x]'), "[train] unknown key 'x'"),
         (
             'kind = "sftt"\n' + GOOD,
-            "kind 'sftt' is not a job kind; expected one of sft, grpo (did you mean 'sft'?)",
+            f"kind 'sftt' is not a job kind; expected one of {', '.join(job_config.JOB_KINDS)} (did you mean 'sft'?)",
         ),
         (GOOD.replace('"vision"', '"(vision"'), "[model] freeze: '(vision' is not a valid regex"),
         (GOOD.replace("max_steps = 5", 'lr_scheduler_type = "cosin"'), "(did you mean 'cosine'?)"),

@@ -98,6 +98,43 @@ resume_from_checkpoint = true
 [launch]
 backend = "ddp"
 """,
+    "nft": """
+kind = "nft"
+[model]
+name_or_path = "model"
+dtype = "bfloat16"
+[lora]
+r = 8
+alpha = 16
+[data]
+path = "data/prompts.txt"
+[rewards]
+brightness = 1.0
+jpeg_compressibility = { weight = 0.5 }
+"remote:pickscore" = 0.5
+[rollout]
+samples_per_prompt = 4
+sampling_steps = 6
+solver = "heun"
+height = 64
+width = 64
+train_batch_size = 4
+[nft]
+beta = 0.5
+kl_beta = 0.001
+decay_type = 2
+ema_decay = 0.9
+[train]
+output_dir = "runs/x"
+learning_rate = 3e-4
+max_steps = 10
+per_device_train_batch_size = 2
+seed = 1
+report_to = "none"
+resume_from_checkpoint = true
+[launch]
+backend = "ddp"
+""",
     "diffusion-sft": """
 kind = "diffusion-sft"
 [model]
@@ -480,6 +517,7 @@ def test_every_trainer_has_a_good_job_and_sixty_cases():
 def _folder(tmp_path: Path) -> Path:
     (tmp_path / "data").mkdir(exist_ok=True)
     (tmp_path / "data" / "llava.json").write_text("[]")
+    (tmp_path / "data" / "prompts.txt").write_text("a red square\n")
     return tmp_path
 
 

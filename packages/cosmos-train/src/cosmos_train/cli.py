@@ -242,6 +242,24 @@ def diffusion_sft(config: ConfigOption, set_: SetOption = None) -> None:
     _train(run_diffusion_sft, _read_job(config, set_, kind="diffusion-sft"))
 
 
+@app.command()
+def nft(config: ConfigOption, set_: SetOption = None) -> None:
+    """DiffusionNFT: online RL of a diffusers pipeline's transformer through the forward process. A lagged
+    old policy samples K images/videos per prompt (no CFG), rewards rank them, and the model learns from
+    implicit positive and negative policies on re-noised samples. [rewards] maps image/video rewards
+    (built-ins, module:function or remote:<name>) to weights.
+
+    Examples:
+
+      cosmos-train nft --config examples/diffusion_rl/tiny_sd3_nft.toml
+
+      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train nft -c job.toml
+    """
+    from .trainers.nft_trainer import run_nft
+
+    _train(run_nft, _read_job(config, set_, kind="nft"))
+
+
 @app.command("validate-config")
 def validate_config(
     config: Annotated[Path, typer.Argument(help="Job file (TOML).")], set_: SetOption = None

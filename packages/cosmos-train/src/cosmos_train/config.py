@@ -45,6 +45,7 @@ JOB_KINDS = {
     "sft": "cosmos_train.trainers.sft_config:SFTJob",
     "grpo": "cosmos_train.trainers.grpo_config:GRPOJob",
     "diffusion-sft": "cosmos_train.trainers.diffusion_config:DiffusionSFTJob",
+    "nft": "cosmos_train.trainers.nft_config:NFTJob",
 }
 DEFAULT_KIND = "sft"
 
@@ -168,6 +169,32 @@ class PairData(Section):
     def _local_path_exists(self):
         if self.format in ("folder", "cosmos_predict") and not Path(self.path).is_dir():
             raise ValueError(f"path {self.path} is not a folder")
+        return self
+
+
+class PromptListData(Section):
+    """`[data]` for diffusion RL: a prompt list (`cosmos_train.data.diffusion_prompts`).
+
+    `path` alone is enough: `.txt` is one prompt per line, `*_metadata.jsonl` is GenEval, another `.jsonl` holds
+    `{"prompt", ...metadata}` records; a folder is resolved by `split` (`train.txt`, `train_metadata.jsonl`, ...).
+    """
+
+    path: Annotated[str, JobPath()] = Field(
+        description="A prompt file, or a folder holding {split}.txt / {split}_metadata.jsonl / {split}.jsonl."
+    )
+    format: Literal["auto", "txt", "geneval", "jsonl"] = "auto"
+    split: str = Field("train", min_length=1, description="For a folder: which split's file to read.")
+    max_prompts: int | None = Field(None, gt=0, description="Use only the first this many prompts.")
+    skip_bad: bool = Field(False, description="Skip and count bad lines instead of failing.")
+
+    @model_validator(mode="after")
+    def _source_resolves(self):
+        from cosmos_train.data.diffusion_prompts import DataError, resolve_prompt_source
+
+        try:
+            resolve_prompt_source(self.path, self.format, self.split)
+        except DataError as error:
+            raise ValueError(str(error)) from None
         return self
 
 

@@ -98,7 +98,7 @@ def build_sd3(seed: int = 0):
         layers_per_block=1,
         down_block_types=("DownEncoderBlock2D",) * 2,
         up_block_types=("UpDecoderBlock2D",) * 2,
-        norm_num_groups=4,
+        norm_num_groups=1,
         sample_size=32,
         shift_factor=0.0609,
         scaling_factor=1.5035,
@@ -106,8 +106,12 @@ def build_sd3(seed: int = 0):
         use_post_quant_conv=False,
     )
     vae = _seeded(seed + 4, vae)
-    with torch.no_grad():  # a trained VAE's posterior is narrow: random log-variances would drown the latents
+    with torch.no_grad():
+        # A trained VAE's posterior is narrow: random log-variances would drown the latents.
         vae.encoder.conv_out.bias[vae.config.latent_channels :] = -12.0
+        # And its decoder turns latents into visibly different images (one group per norm and a louder
+        # output layer keep a latent's colour in the pixels), so image rewards can tell samples apart.
+        vae.decoder.conv_out.weight.mul_(4.0)
     return StableDiffusion3Pipeline(
         transformer=_seeded(seed, transformer),
         scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),

@@ -43,6 +43,7 @@ class DiffusionAdapter:
 
     pipeline_class: ClassVar[str]  # the pipeline's `_class_name`, e.g. "StableDiffusion3Pipeline"
     video: ClassVar[bool] = False
+    frames_argument: ClassVar[str] = "num_frames"  # what the pipeline's `__call__` calls the frame count
     # PEFT target modules for LoRA when the job names none (the attention projections, as upstream's examples).
     lora_target_modules: ClassVar[tuple[str, ...]] = ()
     # Extra `from_pretrained` arguments (e.g. to leave out a run-time safety filter that training never uses).
@@ -53,6 +54,7 @@ class DiffusionAdapter:
     def __init__(self, pipeline, options: AdapterOptions | None = None):
         self.pipeline = pipeline
         self.options = options or AdapterOptions()
+        self._latent_shapes: dict[tuple, tuple[int, ...]] = {}
 
     # --- the parts -------------------------------------------------------------------------------------
 
@@ -100,6 +102,38 @@ class DiffusionAdapter:
     def vae_modules(self) -> list[torch.nn.Module]:
         """The modules `encode_pixels` runs: their weights key the latent cache."""
         return [self.pipeline.vae]
+
+    def latent_shape(self, height: int, width: int, num_frames: int | None = None) -> tuple[int, ...]:
+        """One sample's latent shape at this pixel size (found once by encoding a blank image or clip)."""
+        key = (height, width, num_frames)
+        if key not in self._latent_shapes:
+            frames = (num_frames,) if self.video and num_frames else ()
+            blank = torch.zeros(1, 3, *frames, height, width, device=self.device)
+            with torch.no_grad():
+                self._latent_shapes[key] = tuple(self.encode_pixels(blank).shape[1:])
+        return self._latent_shapes[key]
+
+    def default_size(self) -> tuple[int, int, int | None]:
+        """The pipeline's own default (height, width, frames or None), as its `__call__` would pick them:
+        its signature's defaults, else its default sample size times the VAE's scale."""
+        import inspect
+
+        pipeline = self.pipeline
+        defaults = {
+            name: parameter.default
+            for name, parameter in inspect.signature(type(pipeline).__call__).parameters.items()
+            if isinstance(parameter.default, int) and not isinstance(parameter.default, bool)
+        }
+        frames = defaults.get(self.frames_argument) if self.video else None
+        if "height" in defaults and "width" in defaults:
+            return defaults["height"], defaults["width"], frames
+        sample = getattr(pipeline, "default_sample_size", None) or self.transformer.config.get("sample_size")
+        scale = getattr(pipeline, "vae_scale_factor", None) or getattr(
+            pipeline, "vae_scale_factor_spatial", None
+        )
+        if not sample or not scale:
+            raise ValueError(f"{type(pipeline).__name__} has no default size; set [rollout] height and width")
+        return int(sample * scale), int(sample * scale), frames
 
     # --- noise and time --------------------------------------------------------------------------------
 
@@ -154,7 +188,7 @@ class DiffusionAdapter:
         if guidance_scale is not None:
             call["guidance_scale"] = guidance_scale
         if self.video and num_frames is not None:
-            call["num_frames"] = num_frames
+            call[self.frames_argument] = num_frames
         if self.options.max_sequence_length:
             call["max_sequence_length"] = self.options.max_sequence_length
         was_training = self.transformer.training

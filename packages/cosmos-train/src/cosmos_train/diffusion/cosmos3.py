@@ -221,6 +221,10 @@ class Cosmos3Adapter(DiffusionAdapter):
 
     # --- sampling with the pipeline itself (validation samples) -----------------------------------------
 
+    def default_size(self) -> tuple[int, int, int | None]:
+        # The pipeline resolves None to these (720p, 189 frames: its tokenize_prompt defaults).
+        return 720, 1280, 189
+
     def generate(
         self,
         prompts: list[str],

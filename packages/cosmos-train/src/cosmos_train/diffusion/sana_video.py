@@ -28,6 +28,7 @@ def latents_stats(vae, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
 class SanaVideoAdapter(DiffusionAdapter):
     pipeline_class = "SanaVideoPipeline"
     video = True
+    frames_argument = "frames"
     lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:

@@ -214,9 +214,14 @@ def prepare_adapter(job) -> tuple[DiffusionAdapter, dict | None]:
 
     config = job.config
     set_seed(job.args.seed)  # the LoRA's random init: reruns of a job start from the same weights
-    options = AdapterOptions(
-        conditioning_mix=dict(config.diffusion.conditioning_mix),
-        max_sequence_length=config.diffusion.max_sequence_length,
+    diffusion = getattr(config, "diffusion", None)  # SFT's [diffusion]; RL jobs sample text-to-image/video
+    options = (
+        AdapterOptions(
+            conditioning_mix=dict(diffusion.conditioning_mix),
+            max_sequence_length=diffusion.max_sequence_length,
+        )
+        if diffusion is not None
+        else AdapterOptions(max_sequence_length=getattr(config.rollout, "max_sequence_length", None))
     )
     adapter = load_adapter(config.model.name_or_path, options, dtype=config.model.dtype)
     lora = None

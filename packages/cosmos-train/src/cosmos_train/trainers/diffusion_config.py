@@ -107,11 +107,15 @@ class DiffusionSFTJob(JobSchema):
         return diffusion_training_arguments(self, source)
 
 
-def diffusion_training_arguments(job: JobSchema, source: str) -> TrainingArguments:
-    """`TrainingArguments` for any diffusion job: batches hold pixels and prompts, not model inputs."""
-    forced: dict[str, Any] = {
+def diffusion_training_arguments(
+    job: JobSchema, source: str, forced: dict[str, Any] | None = None
+) -> TrainingArguments:
+    """`TrainingArguments` for any diffusion job: batches hold pixels and prompts, not model inputs.
+    `forced` adds values the job's other sections own."""
+    forced = {
         "remove_unused_columns": False,
         **backend_arguments(job.launch.backend),
+        **(forced or {}),
     }
     return build_training_arguments(
         TrainingArguments,
