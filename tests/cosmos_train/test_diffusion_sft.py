@@ -30,6 +30,10 @@ from cosmos_train.trainers.diffusion_sft_trainer import run_diffusion_sft
 NUM_FRAMES = 5
 
 
+# Subprocess runs on one thread: two threads per process spin against each other on a busy 2-core machine.
+ONE_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """{family: saved tiny pipeline folder}, built on first use."""
@@ -146,6 +150,7 @@ def test_sigkill_then_resume_is_bit_equal_with_the_ema(tmp_path, tiny):
         "diffusion-sft",
         "-c",
         write_diffusion_job(reference_dir, model, IMAGE_PAIRS, train=train, diffusion=diffusion),
+        env=ONE_THREAD,
     )
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -156,7 +161,10 @@ def test_sigkill_then_resume_is_bit_equal_with_the_ema(tmp_path, tiny):
     )
     exe = Path(sys.executable).with_name("cosmos-train")
     process = subprocess.Popen(
-        [exe, "diffusion-sft", "-c", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [exe, "diffusion-sft", "-c", job],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=ONE_THREAD,
     )
     run = killed_dir / "run"
     deadline = time.monotonic() + 600
@@ -167,7 +175,7 @@ def test_sigkill_then_resume_is_bit_equal_with_the_ema(tmp_path, tiny):
     process.wait(timeout=60)
     assert not (run / "model.safetensors").exists()  # the run really did not finish
 
-    resumed = cli("diffusion-sft", "-c", job)
+    resumed = cli("diffusion-sft", "-c", job, env=ONE_THREAD)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr
     for name in ("model.safetensors", EMA_FILE):

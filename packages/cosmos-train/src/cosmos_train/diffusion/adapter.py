@@ -24,9 +24,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..config import ConfigError
 
-class UnsupportedPipelineError(ValueError):
-    """The pipeline's class has no adapter; the message lists the supported ones."""
+
+class UnsupportedPipelineError(ConfigError):
+    """The pipeline's class has no adapter; the message lists the supported ones (a job error: exit code 2)."""
 
 
 @dataclass
@@ -109,7 +111,9 @@ class DiffusionAdapter:
         if key not in self._latent_shapes:
             frames = (num_frames,) if self.video and num_frames else ()
             blank = torch.zeros(1, 3, *frames, height, width, device=self.device)
-            with torch.no_grad():
+            # fork_rng: a VAE that samples its posterior must not shift the training RNG stream (resume).
+            devices = [self.device] if self.device.type == "cuda" else []
+            with torch.no_grad(), torch.random.fork_rng(devices=devices):
                 self._latent_shapes[key] = tuple(self.encode_pixels(blank).shape[1:])
         return self._latent_shapes[key]
 

@@ -1,0 +1,178 @@
+"""DiffusionNFT (`cosmos-train nft`): it raises a weight-free reward on tiny offline pipelines of two
+families, keeps its old policy (a second LoRA adapter, or a weight copy) apart from the EMA in checkpoints,
+resumes bit-equal after SIGKILL, and refuses what it cannot do correctly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from sft_helpers import REPO, cli
+from typer.testing import CliRunner
+
+from cosmos_train.checkpoints import is_complete
+from cosmos_train.cli import app
+from cosmos_train.jobs import read_job
+from cosmos_train.tiny_pipelines import save_tiny_pipeline
+from cosmos_train.trainers.diffusion_common import EMA_FILE
+from cosmos_train.trainers.nft_trainer import OLD_POLICY_FILE, OldPolicy, old_policy_decay, run_nft
+
+PROMPTS = REPO / "examples" / "data" / "prompts" / "colors.txt"
+
+
+# Subprocess runs on one thread: two threads per process spin against each other on a busy 2-core machine.
+ONE_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root, built = tmp_path_factory.mktemp("pipelines"), {}
+
+    def get(family: str) -> Path:
+        if family not in built:
+            built[family] = save_tiny_pipeline(family, root / family)
+        return built[family]
+
+    return get
+
+
+def write_nft_job(
+    folder: Path, model: Path, *, lora: bool = True, train: dict | None = None, extra: str = ""
+) -> Path:
+    settings = {
+        "output_dir": f'"{folder / "run"}"',
+        "learning_rate": 1e-2 if lora else 1e-3,
+        "max_steps": 24,
+        "per_device_train_batch_size": 4,
+        "logging_steps": 1,
+        "save_steps": 100,
+        "report_to": '"none"',
+        "seed": 0,
+    } | (train or {})
+    text = f'kind = "nft"\n[model]\nname_or_path = "{model}"\n'
+    if lora:
+        text += "[lora]\nr = 16\nalpha = 32\n"
+    text += f'[data]\npath = "{PROMPTS}"\n[rewards]\nbrightness = 1.0\n'
+    text += "[rollout]\nsamples_per_prompt = 4\nsampling_steps = 4\ntrain_batch_size = 16\nheight = 32\nwidth = 32\n"
+    text += "max_sequence_length = 16\n[nft]\nkl_beta = 0.0001\n" + extra
+    text += "[train]\n" + "".join(f"{key} = {value}\n" for key, value in settings.items())
+    job = folder / "job.toml"
+    job.write_text(text)
+    return job
+
+
+def rewards(trainer) -> list[float]:
+    return [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["sd3", "sana"])
+def test_nft_raises_brightness(tmp_path, tiny, family):
+    trainer = run_nft(read_job(write_nft_job(tmp_path, tiny(family))))
+    curve = rewards(trainer)
+    assert len(curve) == 24
+    spread = statistics.mean(
+        entry["reward_std"] for entry in trainer.state.log_history[:4] if "reward_std" in entry
+    )
+    first, last = statistics.mean(curve[:4]), statistics.mean(curve[-4:])
+    # A clear margin: three times the reward's own spread within the first rollouts.
+    assert last - first > max(3 * spread, 0.01), (family, first, last, spread, curve)
+
+
+def test_old_policy_decay_types():
+    assert [old_policy_decay(0, s) for s in (0, 100)] == [0.0, 0.0]
+    assert [old_policy_decay(1, s) for s in (0, 100, 1000)] == [0.0, pytest.approx(0.1), 0.5]
+    assert [old_policy_decay(2, s) for s in (74, 75, 100, 1000)] == [0.0, 0.0, pytest.approx(0.1875), 0.999]
+
+
+def test_full_fine_tuning_old_policy_is_a_lagged_copy():
+    model = torch.nn.Linear(3, 2)
+    old = OldPolicy(model, lora=False, decay_type=1)
+    with old.active() as old_model:
+        assert old_model is not model and torch.equal(old_model.weight, model.weight)
+    before = old.copy.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    state = type("State", (), {"global_step": 100})()
+    old.on_step_end(None, state, None)  # d = 0.1: 10% old, 90% new
+    assert torch.allclose(old.copy.weight, 0.1 * before + 0.9 * model.weight)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_sigkill_then_resume_is_bit_equal_with_old_policy_and_ema(tmp_path, tiny, lora):
+    """The old policy and the EMA are both in each checkpoint, under their own names, and a killed run
+    resumes to the same weights, old policy and EMA as an uninterrupted one."""
+    model = tiny("sd3")
+    train = {"max_steps": 6, "save_steps": 2}
+    reference_dir = tmp_path / "reference"
+    reference_dir.mkdir()
+    done = cli("nft", "-c", write_nft_job(reference_dir, model, lora=lora, train=train), env=ONE_THREAD)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    killed_dir = tmp_path / "killed"
+    killed_dir.mkdir()
+    job = write_nft_job(killed_dir, model, lora=lora, train=train | {"resume_from_checkpoint": "true"})
+    exe = Path(sys.executable).with_name("cosmos-train")
+    process = subprocess.Popen(
+        [exe, "nft", "-c", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ONE_THREAD
+    )
+    run = killed_dir / "run"
+    deadline = time.monotonic() + 600
+    while not is_complete(run / "checkpoint-2") and time.monotonic() < deadline:
+        assert process.poll() is None, "training ended before it could be killed"
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    assert not (run / "model.safetensors").exists()
+
+    checkpoint = run / "checkpoint-2"
+    weights = load_file(checkpoint / "model.safetensors")
+    if lora:  # the old policy is the adapter named "old", beside the trained "default" one
+        assert any(".old." in key for key in weights) and any(".default." in key for key in weights)
+        assert not (checkpoint / OLD_POLICY_FILE).exists()
+    else:
+        assert (checkpoint / OLD_POLICY_FILE).is_file()
+    assert (checkpoint / EMA_FILE).is_file()
+
+    resumed = cli("nft", "-c", job, env=ONE_THREAD)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stderr
+    names = ["model.safetensors", EMA_FILE] + ([] if lora else [OLD_POLICY_FILE])
+    for name in names:
+        final, reference = load_file(run / name), load_file(reference_dir / "run" / name)
+        assert final.keys() == reference.keys(), name
+        for key in reference:
+            assert torch.equal(final[key], reference[key]), (name, key)
+
+
+def test_guidance_is_refused(tmp_path, tiny):
+    job = write_nft_job(tmp_path, Path("model"))
+    text = job.read_text().replace("[rollout]\n", "[rollout]\nguidance_scale = 4.5\n")
+    job.write_text(text)
+    result = CliRunner().invoke(app, ["validate-config", str(job)])
+    assert result.exit_code == 2
+    assert "DiffusionNFT samples without classifier-free guidance" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_gradient_accumulation_is_the_jobs(tmp_path):
+    job = write_nft_job(tmp_path, Path("model"), train={"gradient_accumulation_steps": 2})
+    result = CliRunner().invoke(app, ["validate-config", str(job)])
+    assert result.exit_code == 2 and "[train] gradient_accumulation_steps is set by the job" in result.stderr
