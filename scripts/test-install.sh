@@ -4,7 +4,7 @@
 #   scripts/test-install.sh            # called by scripts/test.sh; needs python3 (venv + pip) and uv
 #
 # 1. Build every package's sdist and wheel, then a wheel from each sdist (a file missing from an
-#    sdist fails here), and check the LICENSE and the shapes sample travel along.
+#    sdist fails here), and check the LICENSE and the shapes and pairs samples travel along.
 # 2. A clean pip venv with the CPU torch (`torch==2.13.0`, a local wheel on this machine): the shims
 #    alone, then a tiny Cosmos3 checkpoint loaded with `from_pretrained` and one output each, and
 #    `cosmos3-convert --help`.
@@ -45,7 +45,7 @@ ls "$WORK/from-sdist" | sed 's/^/   /'
 [ "$(ls "$WORK/from-sdist" | wc -l)" -eq "$(ls "$WORK"/dist/*.tar.gz | wc -l)" ]
 ok "a wheel from every sdist"
 
-step "sdists and wheels hold the LICENSE, cosmos-train's the shapes sample"
+step "sdists and wheels hold the LICENSE, cosmos-train's the shapes and pairs samples"
 "$CPU_PY" - "$WORK" <<'PY'
 import sys, tarfile, zipfile
 from pathlib import Path
@@ -60,6 +60,7 @@ for archive in archives:
     assert any(n.endswith("LICENSE") for n in names), f"{archive.name}: no LICENSE"
     if archive.name.startswith("cosmos_train"):
         assert any("_sample_data/shapes/llava.json" in n for n in names), f"{archive.name}: no shapes sample"
+        assert any("_sample_data/pairs/0001.png" in n for n in names), f"{archive.name}: no pairs sample"
     print(f"   {archive.relative_to(work)}: {len(names)} files, LICENSE ok")
 PY
 ok "LICENSE and sample data packaged"

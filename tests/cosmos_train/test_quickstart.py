@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
+from diffusers import DiffusionPipeline
 from PIL import Image
 from sft_helpers import SHAPES
 from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -32,6 +34,18 @@ def _greedy_answer(model_dir: Path) -> str:
     return processor.decode(generated[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
+def _diffusion_image(summary: dict, lora: bool) -> np.ndarray:
+    """The quickstart's SD3 sample remade here: the tiny pipeline loaded with plain diffusers, with the
+    exported LoRA through the documented `pipe.load_lora_weights(folder)` or without it."""
+    pipe = DiffusionPipeline.from_pretrained(summary["diffusion_pipeline"])
+    pipe.set_progress_bar_config(disable=True)
+    if lora:
+        pipe.load_lora_weights(summary["diffusion_lora"])
+    call = dict(summary["diffusion_call"])
+    generator = torch.Generator().manual_seed(call.pop("seed"))
+    return np.asarray(pipe(call.pop("prompt"), generator=generator, **call).images[0], dtype=np.int16)
+
+
 def test_quickstart_cli_builds_converts_loads_and_generates(tmp_path):
     exe = Path(sys.executable).with_name("cosmos-train")
     out = tmp_path / "qs"
@@ -47,7 +61,7 @@ def test_quickstart_cli_builds_converts_loads_and_generates(tmp_path):
         assert Path(summary[f"checkpoint:{layout}"]).is_dir()
     assert "text2image.png" in result.stdout
     # The LoRA SFT step learned: the loss it printed fell by a margin over all 40 steps...
-    printed = re.search(r"loss (\S+) -> (\S+) over (\d+) steps: (.*)$", result.stdout, re.MULTILINE)
+    printed = re.search(r"\] loss (\S+) -> (\S+) over (\d+) steps: (.*)$", result.stdout, re.MULTILINE)
     assert printed, result.stdout
     losses = [float(value) for value in printed.group(4).split()]
     assert int(printed.group(3)) == 40 and len(losses) == 8, printed.group(0)
@@ -58,6 +72,24 @@ def test_quickstart_cli_builds_converts_loads_and_generates(tmp_path):
     assert answer and ast.literal_eval(answer.group(1)) == summary["answer"], result.stdout
     assert summary["answer"] == _greedy_answer(Path(summary["export"]))
     assert summary["answer"] != _greedy_answer(Path(summary["checkpoint:transformers"]))
+
+    # The diffusion-SFT stage: the tiny SD3's flow-matching loss it printed fell...
+    printed = re.search(r"flow-matching loss \S+ -> \S+ over (\d+) steps: (.*)$", result.stdout, re.MULTILINE)
+    assert printed, result.stdout
+    losses = [float(value) for value in printed.group(2).split()]
+    assert int(printed.group(1)) == 30 and len(losses) == 6, printed.group(0)
+    torch.testing.assert_close(
+        torch.tensor(losses), torch.tensor(summary["diffusion_losses"]), rtol=0, atol=0.006
+    )
+    assert losses[-1] < 0.9 * losses[0], printed.group(0)
+    # ...and its PNG is what the exported LoRA, loaded with the documented diffusers call, generates, unlike
+    # the base pipeline's image.
+    assert (Path(summary["diffusion_lora"]) / "pytorch_lora_weights.safetensors").is_file()
+    png = Image.open(summary["diffusion_image"])
+    assert png.format == "PNG" and png.size == (32, 32)
+    png = np.asarray(png.convert("RGB"), dtype=np.int16)
+    assert np.abs(_diffusion_image(summary, lora=True) - png).max() <= 1
+    assert np.abs(_diffusion_image(summary, lora=False) - png).mean() > 2
 
     # A second run replaces its own output; a foreign folder is refused with a one-line error.
     again = subprocess.run(

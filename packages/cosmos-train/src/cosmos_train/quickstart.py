@@ -6,6 +6,9 @@
 4. Load the framework layout through transformers-cosmos3 and generate one text reply.
 5. LoRA-SFT that reasoner on the bundled LLaVA-format shapes sample, showing the loss fall.
 6. Export the merged model, reload it with `from_pretrained`, and answer one prompt.
+7. Build a tiny random Stable Diffusion 3 pipeline, LoRA flow-matching SFT its transformer on the bundled
+   `pairs` sample (cached latents), load the exported LoRA with `pipe.load_lora_weights` in plain
+   diffusers and generate one image (PNG).
 """
 
 from __future__ import annotations
@@ -45,6 +48,49 @@ report_to = "none"
 seed = 0
 disable_tqdm = true
 """
+
+
+DIFFUSION_JOB = """\
+# Written by `cosmos-train quickstart`; run it again with: cosmos-train diffusion-sft -c {job}
+kind = "diffusion-sft"
+
+[model]
+name_or_path = "{model}"
+
+[lora]
+r = 8
+alpha = 16
+
+[data]
+path = "{data}"
+height = 32
+width = 32
+cache = true
+
+[diffusion]
+max_sequence_length = 64                # T5 tokens (the tiny tokenizers are byte-level)
+
+[train]
+output_dir = "{output}"
+learning_rate = 1e-2
+max_steps = 30
+per_device_train_batch_size = 8
+logging_steps = 5
+save_strategy = "no"
+report_to = "none"
+seed = 0
+disable_tqdm = true
+"""
+
+# How the quickstart samples the fine-tuned tiny SD3 (recorded in quickstart.json, so the image can be remade).
+DIFFUSION_CALL = {
+    "prompt": "a red square on a white background",
+    "height": 32,
+    "width": 32,
+    "num_inference_steps": 4,
+    "max_sequence_length": 64,
+    "seed": 0,
+}
 
 
 def _prepare(output_dir: Path) -> None:
@@ -157,6 +203,49 @@ def run(output_dir: Path, log: Callable[[str], None] = print) -> dict[str, str]:
     answer = processor.decode(generated[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     step(f"fine-tuned model, asked the color of a blue circle, answers: {answer!r}")
 
+    step("building a tiny random Stable Diffusion 3 pipeline (real diffusers classes)")
+    from cosmos_train.samples import pairs_dir
+    from cosmos_train.tiny_pipelines import save_tiny_pipeline
+    from cosmos_train.trainers.diffusion_sft_trainer import run_diffusion_sft
+
+    sd3 = save_tiny_pipeline("sd3", output_dir / "tiny-sd3")
+    step("LoRA flow-matching SFT of its transformer on the bundled pairs sample (cached latents, 30 steps)")
+    diffusion_job = output_dir / "diffusion_sft_job.toml"
+    diffusion_job.write_text(
+        DIFFUSION_JOB.format(
+            job=diffusion_job, model=sd3, data=pairs_dir(), output=output_dir / "diffusion-sft-run"
+        )
+    )
+    diffusion_trainer = run_diffusion_sft(read_job(diffusion_job))
+    diffusion_losses = [entry["loss"] for entry in diffusion_trainer.state.log_history if "loss" in entry]
+    step(
+        f"flow-matching loss {diffusion_losses[0]:.3f} -> {diffusion_losses[-1]:.3f} over "
+        f"{diffusion_trainer.state.global_step} steps: " + " ".join(f"{v:.2f}" for v in diffusion_losses)
+    )
+    exports = Path(diffusion_trainer.args.output_dir) / "safetensors"  # what users load: step_N/lora/
+    lora = exports / f"step_{diffusion_trainer.state.global_step}" / "lora"
+    step(f'loading the LoRA into plain diffusers: pipe.load_lora_weights("{lora}")')
+    from diffusers import DiffusionPipeline
+    from diffusers.utils import logging as diffusers_logging
+
+    pipe = DiffusionPipeline.from_pretrained(sd3)
+    pipe.set_progress_bar_config(disable=True)
+    verbosity = diffusers_logging.get_verbosity()
+    diffusers_logging.set_verbosity_error()  # "no LoRA keys for the text encoders": it trains the transformer
+    try:
+        pipe.load_lora_weights(lora)
+    finally:
+        diffusers_logging.set_verbosity(verbosity)
+    call = dict(DIFFUSION_CALL)
+    generated = pipe(
+        call.pop("prompt"), generator=torch.Generator().manual_seed(call.pop("seed")), **call
+    ).images[0]
+    diffusion_image = output_dir / "diffusion_sft.png"
+    generated.save(diffusion_image)
+    step(
+        f"fine-tuned SD3, {DIFFUSION_CALL['prompt']!r} -> {diffusion_image} ({generated.width}x{generated.height})"
+    )
+
     results = {
         "image": str(image_path),
         "reply": str(reply_path),
@@ -164,6 +253,12 @@ def run(output_dir: Path, log: Callable[[str], None] = print) -> dict[str, str]:
         "sft_losses": history,
         "export": str(exported),
         "answer": answer,
+        "diffusion_pipeline": str(sd3),
+        "diffusion_job": str(diffusion_job),
+        "diffusion_losses": diffusion_losses,
+        "diffusion_lora": str(lora),
+        "diffusion_call": DIFFUSION_CALL,
+        "diffusion_image": str(diffusion_image),
     } | {f"checkpoint:{name}": str(folder) for name, folder in layouts.items()}
     (output_dir / "quickstart.json").write_text(json.dumps(results, indent=2) + "\n")
     step(f"done; summary in {output_dir / 'quickstart.json'}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 # The package folder is the one copy: wheels, sdists and editable installs all carry it, and the
-# repo's `examples/data/shapes` is a symlink to it (for the example jobs' relative paths).
+# repo's `examples/data/shapes` and `examples/data/pairs` are symlinks to it (for the example jobs'
+# relative paths).
 SAMPLE_DATA = Path(__file__).parent / "_sample_data"
 
 
@@ -14,4 +15,13 @@ def shapes_dir() -> Path:
     folder = SAMPLE_DATA / "shapes"
     if not (folder / "llava.json").is_file():
         raise FileNotFoundError(f"the shapes sample is missing from {folder}")
+    return folder
+
+
+def pairs_dir() -> Path:
+    """The `pairs` toy set for diffusion training: 8 coloured-shape PNGs (32x32), each with a
+    `{"prompt": ...}` JSON sharing its basename (`[data] format = "folder"`)."""
+    folder = SAMPLE_DATA / "pairs"
+    if not (folder / "0001.json").is_file():
+        raise FileNotFoundError(f"the pairs sample is missing from {folder}")
     return folder
