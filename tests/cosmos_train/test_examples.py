@@ -16,15 +16,20 @@ from typer.testing import CliRunner
 from cosmos_train import testing as tiny
 from cosmos_train.cli import app
 
-# {examples folder: job kind (its cosmos-train command)}
-KIND_OF_FOLDER = {"sft": "sft", "grpo": "grpo", "diffusion_sft": "diffusion-sft"}
-RECIPES = [path for folder in KIND_OF_FOLDER for path in sorted((REPO / "examples" / folder).glob("*.toml"))]
+FOLDERS = ("sft", "grpo", "diffusion_sft", "diffusion_rl")
+RECIPES = [path for folder in FOLDERS for path in sorted((REPO / "examples" / folder).glob("*.toml"))]
+
+
+def kind_of(recipe) -> str:
+    """The recipe's job kind, which is also its cosmos-train command."""
+    return tomllib.loads(recipe.read_text()).get("kind", "sft")
 # Recipes that run offline as shipped, on the tiny model `make-tiny` writes.
 TINY_RECIPES = {
     REPO / "examples" / "sft" / "tiny_qwen3_lora.toml": "qwen3",
     REPO / "examples" / "sft" / "tiny_cosmos3_lora.toml": "cosmos3",
     REPO / "examples" / "grpo" / "tiny_qwen3.toml": "qwen3",
     REPO / "examples" / "diffusion_sft" / "tiny_sd3_lora.toml": "sd3",
+    REPO / "examples" / "diffusion_rl" / "tiny_sd3_nft.toml": "sd3",
 }
 CITED = re.compile(r"examples/[\w./-]+\.(?:toml|py|sh|jsonl|json)")
 
@@ -55,7 +60,9 @@ def _stand_ins(recipe) -> list[str]:
         return []
     job = tomllib.loads(recipe.read_text())
     values = {"launch.backend": "ddp"}
-    if job.get("kind") == "diffusion-sft":
+    if job.get("kind") in ("nft", "flow-grpo", "ddrl"):
+        values["data.path"] = REPO / "examples" / "data" / "prompts" / "colors.txt"
+    elif job.get("kind") == "diffusion-sft":
         if job["data"].get("format") != "hf":  # a stand-in folder (only its existence is validated)
             values["data.path"] = REPO / "examples" / "data" / "pairs"
     elif job["data"]["format"] != "hf":
@@ -70,14 +77,14 @@ def test_recipe_validates(recipe):
     """Real-model recipes point at data this machine lacks; their keys and values must still be right."""
     result = CliRunner().invoke(app, ["validate-config", str(recipe), *_stand_ins(recipe)])
     assert result.exit_code == 0, result.output
-    assert f"ok ({KIND_OF_FOLDER[recipe.parent.name]} job)" in result.output
+    assert f"ok ({kind_of(recipe)} job)" in result.output
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", sorted(TINY_RECIPES), ids=lambda path: f"{path.parent.name}/{path.name}")
 def test_tiny_recipe_trains_as_shipped(tmp_path, recipe):
     """Through the real console script; the tiny model is built in process (`make-tiny` does the same)."""
-    kind = KIND_OF_FOLDER[recipe.parent.name]
+    kind = kind_of(recipe)
     model = tiny.save_tiny_model(TINY_RECIPES[recipe], tmp_path / "model")
     run = tmp_path / "run"
     result = cli(
@@ -90,6 +97,11 @@ def test_tiny_recipe_trains_as_shipped(tmp_path, recipe):
         losses = [entry["loss"] for entry in history if "loss" in entry]
         assert len(losses) == 6 and losses[-1] < 0.8 * losses[0], losses
         assert (run / "adapter_config.json").is_file()
+    elif kind in ("nft", "flow-grpo", "ddrl"):
+        rewards = [entry["reward"] for entry in history if "reward" in entry]
+        assert len(rewards) >= 5 and rewards[-1] > rewards[0], rewards
+        step = checkpoints[-1].name.split("-")[1]
+        assert (run / "safetensors" / f"step_{step}").is_dir()
     elif kind == "diffusion-sft":
         losses = [entry["loss"] for entry in history if "loss" in entry]
         assert len(losses) == 6 and all(loss == loss for loss in losses), losses
