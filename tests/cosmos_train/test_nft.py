@@ -20,8 +20,9 @@ from typer.testing import CliRunner
 
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.cli import app
+from cosmos_train.diffusion.adapter import adapter_class_for, pipeline_class_name
 from cosmos_train.jobs import read_job
-from cosmos_train.tiny_pipelines import save_tiny_pipeline
+from cosmos_train.tiny_pipelines import PIPELINES, save_tiny_pipeline
 from cosmos_train.trainers.diffusion_common import EMA_FILE
 from cosmos_train.trainers.nft_trainer import OLD_POLICY_FILE, OldPolicy, old_policy_decay, run_nft
 
@@ -176,3 +177,43 @@ def test_gradient_accumulation_is_the_jobs(tmp_path):
     job = write_nft_job(tmp_path, Path("model"), train={"gradient_accumulation_steps": 2})
     result = CliRunner().invoke(app, ["validate-config", str(job)])
     assert result.exit_code == 2 and "[train] gradient_accumulation_steps is set by the job" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(PIPELINES))
+def test_every_family_samples_scores_and_trains(tmp_path, tiny, family):
+    """Every adapter supplies what the RL trainers need: a latent shape, sampling, decoding to media
+    (videos as B x T x H x W x C) and the training forward."""
+    model = tiny(family)
+    video = adapter_class_for(pipeline_class_name(str(model))).video
+    job = write_nft_job(tmp_path, model, train={"max_steps": 2})
+    text = job.read_text().replace("samples_per_prompt = 4", "samples_per_prompt = 2")
+    text = text.replace("sampling_steps = 4", "sampling_steps = 2" + ("\nnum_frames = 5" if video else ""))
+    job.write_text(text.replace("per_device_train_batch_size = 4", "per_device_train_batch_size = 2"))
+    trainer = run_nft(read_job(job))
+    curve = rewards(trainer)
+    assert len(curve) == 2 and all(0.0 <= value <= 1.0 for value in curve), curve
+    assert (Path(trainer.args.output_dir) / "safetensors" / "step_2").is_dir()
+
+
+@pytest.mark.slow
+def test_a_remote_reward_scores_as_the_local_one(tmp_path, tiny, monkeypatch):
+    """`remote:brightness` through the real reward service gives the run the local built-in gives."""
+    from cosmos_train.rewards import RewardSpec, build_media_rewards
+    from cosmos_train.service.app import ENQUEUE_PATH, PULL_PATH, ServiceSettings, serving
+
+    model = tiny("sd3")
+    train = {"max_steps": 3}
+    local_dir, remote_dir = tmp_path / "local", tmp_path / "remote"
+    local_dir.mkdir()
+    remote_dir.mkdir()
+    local = rewards(run_nft(read_job(write_nft_job(local_dir, model, train=train))))
+    job = write_nft_job(remote_dir, model, train=train)
+    job.write_text(job.read_text().replace("brightness = 1.0", '"remote:brightness" = 1.0'))
+    hosted = {reward.name: reward for reward in build_media_rewards([RewardSpec("brightness", 1.0, {})])}
+    with serving(ServiceSettings(token="nft-test-token"), hosted) as base:
+        monkeypatch.setenv("REMOTE_REWARD_ENQUEUE_URL", base + ENQUEUE_PATH)
+        monkeypatch.setenv("REMOTE_REWARD_FETCH_URL", base + PULL_PATH)
+        monkeypatch.setenv("REMOTE_REWARD_TOKEN", "nft-test-token")
+        remote = rewards(run_nft(read_job(job)))
+    assert remote == pytest.approx(local, abs=1e-9) and len(remote) == 3
