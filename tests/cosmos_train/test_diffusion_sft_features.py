@@ -66,12 +66,6 @@ def test_validation_writes_a_png_grid_for_images(tmp_path, sd3):
     assert first.shape == second.shape and not torch.equal(first, second)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report_to tensorboard crashes a diffusion run: transformers' TensorBoardCallback calls "
-    "model.config.to_json_string() on the diffusers transformer (a FrozenDict), and ValidationCallback reads "
-    "args.logging_dir, which TrainingArguments no longer has",
-)
 def test_validation_grid_goes_to_tensorboard(tmp_path, sd3):
     from tensorboard.backend.event_processing.event_accumulator import IMAGES, EventAccumulator
 

@@ -126,13 +126,29 @@ class ValidationCallback(TrainerCallback):
         return folder
 
     def _to_tensorboard(self, grid: torch.Tensor, step: int) -> None:
-        report_to = self.trainer.args.report_to or []
-        if "tensorboard" not in report_to and "all" not in report_to:
-            return
-        from torch.utils.tensorboard import SummaryWriter
+        """Into the run's own TensorBoard log (transformers' callback owns the writer), when it is a tracker."""
+        from transformers.integrations import TensorBoardCallback
 
-        with SummaryWriter(self.trainer.args.logging_dir) as writer:
-            writer.add_image("validation", grid, step)
+        for callback in self.trainer.callback_handler.callbacks:
+            if isinstance(callback, TensorBoardCallback) and callback.tb_writer is not None:
+                callback.tb_writer.add_image("validation", grid, step)
+                callback.tb_writer.flush()
+
+
+def _diffusers_safe_tensorboard(trainer: Trainer) -> None:
+    """transformers' TensorBoard callback writes `model.config.to_json_string()` at the start, which a
+    diffusers model's config (a FrozenDict) lacks: give it a subclass that skips the model config."""
+    from transformers.integrations import TensorBoardCallback
+
+    class DiffusersTensorBoardCallback(TensorBoardCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            kwargs.pop("model", None)
+            super().on_train_begin(args, state, control, **kwargs)
+
+    for callback in list(trainer.callback_handler.callbacks):
+        if type(callback) is TensorBoardCallback:
+            trainer.callback_handler.remove_callback(callback)
+            trainer.callback_handler.add_callback(DiffusersTensorBoardCallback(callback.tb_writer))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -150,6 +166,7 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
         self.adapter = adapter
         self.lora = lora  # {"r", "alpha"} when a LoRA is trained
         self.model_accepts_loss_kwargs = False  # our loss is a mean: Trainer scales it for accumulation
+        _diffusers_safe_tensorboard(self)
         self.ema = EMACallback(adapter.transformer, ema_decay) if ema_decay else None
         if self.ema is not None:
             self.add_callback(self.ema)
