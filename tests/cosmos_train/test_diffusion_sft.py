@@ -23,7 +23,7 @@ from cosmos_train.checkpoints import is_complete
 from cosmos_train.diffusion.adapter import adapter_class_for, pipeline_class_name
 from cosmos_train.diffusion.loading import load_adapter
 from cosmos_train.jobs import read_job
-from cosmos_train.tiny_pipelines import PIPELINES, save_tiny_pipeline
+from cosmos_train.tiny_pipelines import PIPELINES
 from cosmos_train.trainers.diffusion_common import EMA_FILE
 from cosmos_train.trainers.diffusion_sft_trainer import run_diffusion_sft
 
@@ -34,17 +34,9 @@ NUM_FRAMES = 5
 ONE_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """{family: saved tiny pipeline folder}, built on first use."""
-    root, built = tmp_path_factory.mktemp("pipelines"), {}
-
-    def get(family: str) -> Path:
-        if family not in built:
-            built[family] = save_tiny_pipeline(family, root / family)
-        return built[family]
-
-    return get
+@pytest.fixture
+def tiny(tiny_pipeline):
+    return tiny_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +49,7 @@ def _data(family_folder: Path, video_pairs: Path) -> tuple[Path, int | None]:
     return (video_pairs, NUM_FRAMES) if video else (IMAGE_PAIRS, None)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.slow

@@ -23,17 +23,12 @@ PROMPTS = ["a red square on a white background", "a blue circle on a white backg
 ONE_STEP = {"max_steps": 1, "logging_steps": 1, "save_strategy": "no"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def sd3(tmp_path_factory) -> Path:
-    return save_tiny_pipeline("sd3", tmp_path_factory.mktemp("pipelines") / "sd3")
+@pytest.fixture
+def sd3(tiny_pipeline) -> Path:
+    return tiny_pipeline("sd3")
 
 
 def _validation(steps: int = 2) -> dict:

@@ -22,7 +22,7 @@ from cosmos_train.checkpoints import is_complete
 from cosmos_train.cli import app
 from cosmos_train.diffusion.adapter import adapter_class_for, pipeline_class_name
 from cosmos_train.jobs import read_job
-from cosmos_train.tiny_pipelines import PIPELINES, save_tiny_pipeline
+from cosmos_train.tiny_pipelines import PIPELINES
 from cosmos_train.trainers.diffusion_common import EMA_FILE
 from cosmos_train.trainers.nft_trainer import OLD_POLICY_FILE, OldPolicy, old_policy_decay, run_nft
 
@@ -33,24 +33,12 @@ PROMPTS = REPO / "examples" / "data" / "prompts" / "colors.txt"
 ONE_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root, built = tmp_path_factory.mktemp("pipelines"), {}
-
-    def get(family: str) -> Path:
-        if family not in built:
-            built[family] = save_tiny_pipeline(family, root / family)
-        return built[family]
-
-    return get
+@pytest.fixture
+def tiny(tiny_pipeline):
+    return tiny_pipeline
 
 
 def write_nft_job(

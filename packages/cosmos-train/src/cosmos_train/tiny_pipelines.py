@@ -69,6 +69,7 @@ def build_sd3(seed: int = 0):
             num_attention_heads=4,
             max_position_embeddings=77,
             pad_token_id=clip_tokenizer.pad_token_id,
+            bos_token_id=clip_tokenizer.bos_token_id,
             eos_token_id=clip_tokenizer.eos_token_id,
         )
         return CLIPTextModelWithProjection(config).eval()

@@ -48,6 +48,8 @@ class DiffusionAdapter:
     frames_argument: ClassVar[str] = "num_frames"  # what the pipeline's `__call__` calls the frame count
     # PEFT target modules for LoRA when the job names none (the attention projections, as upstream's examples).
     lora_target_modules: ClassVar[tuple[str, ...]] = ()
+    # Extra `__call__` arguments for validation samples at the trained size.
+    generate_kwargs: ClassVar[dict[str, Any]] = {}
     # Extra `from_pretrained` arguments (e.g. to leave out a run-time safety filter that training never uses).
     pipeline_load_kwargs: ClassVar[dict[str, Any]] = {}
     # Keys of `encode_prompts` output whose length differs per prompt: padded when batched.
@@ -188,7 +190,13 @@ class DiffusionAdapter:
     ) -> torch.Tensor:
         """The pipeline's own sampler: `B x 3 x H x W` images or `B x T x 3 x H x W` videos in [0, 1].
         Prompt i uses seed `seed + i`, so samples are comparable across steps."""
-        call = {"height": height, "width": width, "num_inference_steps": num_inference_steps, **kwargs}
+        call = {
+            "height": height,
+            "width": width,
+            "num_inference_steps": num_inference_steps,
+            **self.generate_kwargs,
+            **kwargs,
+        }
         if guidance_scale is not None:
             call["guidance_scale"] = guidance_scale
         if self.video and num_frames is not None:

@@ -18,6 +18,8 @@ def call_default(pipeline, name: str):
 class SanaAdapter(DiffusionAdapter):
     pipeline_class = "SanaPipeline"
     # diffusers' train_dreambooth_lora_sana.py defaults.
+    # Validation samples come at the trained size, not snapped to the pipeline's resolution bins.
+    generate_kwargs = {"use_resolution_binning": False}
     lora_target_modules = ("to_k", "to_q", "to_v")
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:

@@ -29,6 +29,8 @@ class SanaVideoAdapter(DiffusionAdapter):
     pipeline_class = "SanaVideoPipeline"
     video = True
     frames_argument = "frames"
+    # Validation samples come at the trained size, not snapped to the pipeline's resolution bins.
+    generate_kwargs = {"use_resolution_binning": False}
     lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
