@@ -135,6 +135,93 @@ resume_from_checkpoint = true
 [launch]
 backend = "ddp"
 """,
+    "flow-grpo": """
+kind = "flow-grpo"
+[model]
+name_or_path = "model"
+dtype = "bfloat16"
+[lora]
+r = 8
+alpha = 16
+[data]
+path = "data/prompts.txt"
+[rewards]
+brightness = 1.0
+jpeg_compressibility = { weight = 0.5 }
+"remote:pickscore" = 0.5
+[rollout]
+samples_per_prompt = 4
+sampling_steps = 6
+guidance_scale = 4.5
+height = 64
+width = 64
+train_batch_size = 4
+[flow_grpo]
+noise_level = 0.7
+clip_range = 0.0002
+adv_clip_max = 5.0
+kl_beta = 0.04
+timestep_fraction = 0.5
+ema_decay = 0.9
+[train]
+output_dir = "runs/x"
+learning_rate = 3e-4
+max_steps = 10
+per_device_train_batch_size = 2
+seed = 1
+report_to = "none"
+resume_from_checkpoint = true
+[launch]
+backend = "ddp"
+""",
+    "ddrl": """
+kind = "ddrl"
+[model]
+name_or_path = "model"
+dtype = "bfloat16"
+[lora]
+r = 8
+alpha = 16
+[data]
+path = "data/prompts.txt"
+[rewards]
+brightness = 1.0
+[rollout]
+samples_per_prompt = 4
+sampling_steps = 8
+guidance_scale = 1.0
+height = 64
+width = 64
+num_frames = 9
+train_batch_size = 4
+[ddrl]
+noise_level = 0.7
+clip_range = 0.0001
+kl_beta = 0.0
+train_steps = [0, 2, 4, 6]
+data_beta = 0.01
+use_rl_sigma_and_noise = true
+data_on_first_only = false
+min_num_conditional_frames = 0
+max_num_conditional_frames = 1
+ema_decay = 0.9
+[real_data]
+path = "data"
+format = "folder"
+height = 64
+width = 64
+num_frames = 9
+[train]
+output_dir = "runs/x"
+learning_rate = 3e-4
+max_steps = 10
+per_device_train_batch_size = 2
+seed = 1
+report_to = "none"
+resume_from_checkpoint = true
+[launch]
+backend = "ddp"
+""",
     "diffusion-sft": """
 kind = "diffusion-sft"
 [model]

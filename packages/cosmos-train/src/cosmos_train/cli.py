@@ -260,6 +260,42 @@ def nft(config: ConfigOption, set_: SetOption = None) -> None:
     _train(run_nft, _read_job(config, set_, kind="nft"))
 
 
+@app.command("flow-grpo")
+def flow_grpo(config: ConfigOption, set_: SetOption = None) -> None:
+    """FlowGRPO: online RL of a diffusers pipeline's transformer over the steps of an SDE sampler. The
+    current policy samples K images/videos per prompt (CFG as [rollout] guidance_scale), storing each step's
+    log-prob; rewards rank them, and the model trains GRPO's clipped ratio objective on a subset of the steps,
+    plus a KL to the frozen base. [rewards] maps image/video rewards (built-ins, module:function or
+    remote:<name>) to weights.
+
+    Examples:
+
+      cosmos-train flow-grpo --config examples/diffusion_rl/tiny_sana_flow_grpo.toml
+
+      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train flow-grpo -c job.toml
+    """
+    from .trainers.flow_grpo_trainer import run_flow_grpo
+
+    _train(run_flow_grpo, _read_job(config, set_, kind="flow-grpo"))
+
+
+@app.command()
+def ddrl(config: ConfigOption, set_: SetOption = None) -> None:
+    """DDRL: FlowGRPO's rollouts and clipped-ratio reward term, with the KL to a reference replaced by
+    [ddrl] data_beta times the flow-matching loss on [real_data] (pairs, or the Cosmos-Predict2.5 videos/ +
+    metas/ layout); for video families the data term mixes t2v and i2v by the number of conditional frames.
+
+    Examples:
+
+      cosmos-train ddrl --config examples/diffusion_rl/tiny_sana_ddrl.toml
+
+      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train ddrl -c job.toml
+    """
+    from .trainers.ddrl_trainer import run_ddrl
+
+    _train(run_ddrl, _read_job(config, set_, kind="ddrl"))
+
+
 @app.command("validate-config")
 def validate_config(
     config: Annotated[Path, typer.Argument(help="Job file (TOML).")], set_: SetOption = None

@@ -46,6 +46,8 @@ JOB_KINDS = {
     "grpo": "cosmos_train.trainers.grpo_config:GRPOJob",
     "diffusion-sft": "cosmos_train.trainers.diffusion_config:DiffusionSFTJob",
     "nft": "cosmos_train.trainers.nft_config:NFTJob",
+    "flow-grpo": "cosmos_train.trainers.flow_grpo_config:FlowGRPOJob",
+    "ddrl": "cosmos_train.trainers.ddrl_config:DDRLJob",
 }
 DEFAULT_KIND = "sft"
 

@@ -1,0 +1,92 @@
+"""Tiny pipelines and job files shared by the FlowGRPO and DDRL tests."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+from sft_helpers import REPO, _toml
+
+from cosmos_train.tiny_pipelines import save_tiny_pipeline
+
+PROMPTS = REPO / "examples" / "data" / "prompts" / "colors.txt"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """{family: saved tiny pipeline folder}, built on first use."""
+    root, built = tmp_path_factory.mktemp("pipelines"), {}
+
+    def get(family: str) -> Path:
+        if family not in built:
+            built[family] = save_tiny_pipeline(family, root / family)
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write_rl_job(
+    folder: Path,
+    model: Path,
+    *,
+    kind: str = "flow-grpo",
+    rollout: dict | None = None,
+    algorithm: dict | None = None,
+    train: dict | None = None,
+    extra: str = "",
+    lora: bool = True,
+    brightness: float = 1.0,
+) -> Path:
+    """A small FlowGRPO / DDRL job on the colour prompts with the brightness reward, 32x32 samples."""
+    settings = {
+        "output_dir": str(folder / "run"),
+        "learning_rate": 1e-2,
+        "max_steps": 10,
+        "per_device_train_batch_size": 4,
+        "logging_steps": 1,
+        "save_steps": 1000,
+        "report_to": "none",
+        "seed": 0,
+    } | (train or {})
+    rollout = {
+        "samples_per_prompt": 4,
+        "sampling_steps": 4,
+        "train_batch_size": 16,
+        "guidance_scale": 1.0,
+        "height": 32,
+        "width": 32,
+        "max_sequence_length": 16,
+    } | (rollout or {})
+    section = kind.replace("-", "_")
+    lines = [f'kind = "{kind}"\n', f'[model]\nname_or_path = "{model}"\n']
+    if lora:
+        lines.append("[lora]\nr = 16\nalpha = 32\n")
+    lines.append(f'[data]\npath = "{PROMPTS}"\n')
+    lines.append(f"[rewards]\nbrightness = {brightness}\n")
+    lines.append("[rollout]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in rollout.items()))
+    lines.append(f"[{section}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in (algorithm or {}).items()))
+    lines.append("[train]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in settings.items()))
+    folder.mkdir(parents=True, exist_ok=True)
+    job = folder / "job.toml"
+    job.write_text("\n".join(lines) + extra)
+    return job
+
+
+def rewards(trainer) -> list[float]:
+    return [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
+
+
+def rises(curve: list[float], window: int = 3) -> tuple[float, float, float]:
+    """(mean of the first `window` rewards, mean of the last `window`, std of the first `window`)."""
+    first, last = curve[:window], curve[-window:]
+    return statistics.mean(first), statistics.mean(last), statistics.pstdev(first)
