@@ -6,33 +6,19 @@ import statistics
 from pathlib import Path
 
 import pytest
-import torch
 from sft_helpers import REPO, _toml
-
-from cosmos_train.tiny_pipelines import save_tiny_pipeline
 
 PROMPTS = REPO / "examples" / "data" / "prompts" / "colors.txt"
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """{family: saved tiny pipeline folder}, built on first use."""
-    root, built = tmp_path_factory.mktemp("pipelines"), {}
-
-    def get(family: str) -> Path:
-        if family not in built:
-            built[family] = save_tiny_pipeline(family, root / family)
-        return built[family]
-
-    return get
+@pytest.fixture
+def tiny(tiny_pipeline):
+    return tiny_pipeline
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    return None
 
 
 def write_rl_job(

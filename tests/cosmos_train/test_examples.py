@@ -23,6 +23,8 @@ RECIPES = [path for folder in FOLDERS for path in sorted((REPO / "examples" / fo
 def kind_of(recipe) -> str:
     """The recipe's job kind, which is also its cosmos-train command."""
     return tomllib.loads(recipe.read_text()).get("kind", "sft")
+
+
 # Recipes that run offline as shipped, on the tiny model `make-tiny` writes.
 TINY_RECIPES = {
     REPO / "examples" / "sft" / "tiny_qwen3_lora.toml": "qwen3",
@@ -30,6 +32,8 @@ TINY_RECIPES = {
     REPO / "examples" / "grpo" / "tiny_qwen3.toml": "qwen3",
     REPO / "examples" / "diffusion_sft" / "tiny_sd3_lora.toml": "sd3",
     REPO / "examples" / "diffusion_rl" / "tiny_sd3_nft.toml": "sd3",
+    REPO / "examples" / "diffusion_rl" / "tiny_sana_flow_grpo.toml": "sana",
+    REPO / "examples" / "diffusion_rl" / "tiny_sana_ddrl.toml": "sana",
 }
 CITED = re.compile(r"examples/[\w./-]+\.(?:toml|py|sh|jsonl|json)")
 

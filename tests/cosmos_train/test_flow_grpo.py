@@ -4,6 +4,8 @@ clips; FlowGRPO raises the brightness reward on tiny SANA by a clear margin; a c
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import diffusion_rl_helpers
 import pytest
 import torch
@@ -158,3 +160,43 @@ def test_checkpoint_then_resume(tmp_path, tiny):
     assert resumed.state.global_step == 4
     assert is_complete(tmp_path / "run" / "checkpoint-4")
     assert (tmp_path / "run" / "safetensors" / "step_4").is_dir()
+
+
+@pytest.mark.slow
+def test_several_updates_per_rollout_move_the_ratio_and_clip(tmp_path, tiny):
+    """With `updates_per_rollout = 2` the second update recomputes log-probs under weights the first one
+    changed: the ratio leaves 1 and the clip range (FlowGRPO's 1e-4) acts, as in the reference."""
+    from cosmos_train.trainers.flow_grpo_trainer import run_flow_grpo
+
+    job = write_rl_job(
+        tmp_path, tiny("sana"), rollout={"updates_per_rollout": 2, "sampling_steps": 4},
+        algorithm={"train_steps": [0, 1], "kl_beta": 0.0}, train={"max_steps": 4, "save_steps": 2},
+    )  # fmt: skip
+    trainer = run_flow_grpo(read_job(job))
+    history = [entry for entry in trainer.state.log_history if "clip_fraction" in entry]
+    assert len(history) == 4 and trainer.args.gradient_accumulation_steps == 1
+    first, second = history[0], history[1]  # one rollout: its first update, then its second
+    assert first["ratio_min"] == pytest.approx(1.0, abs=1e-5) and first["clip_fraction"] == 0.0
+    assert abs(second["ratio_max"] - 1) > 1e-4 or abs(second["ratio_min"] - 1) > 1e-4
+    assert second["clip_fraction"] > 0.0
+
+
+def test_updates_must_split_the_rollout_and_checkpoints_fall_between_rollouts(tmp_path):
+    from typer.testing import CliRunner
+
+    from cosmos_train.cli import app
+
+    uneven = write_rl_job(tmp_path / "a", Path("model"), rollout={"updates_per_rollout": 2, "sampling_steps": 3},
+                          algorithm={"train_steps": [0, 1, 2]})  # fmt: skip
+    result = CliRunner().invoke(app, ["validate-config", str(uneven)])
+    assert (
+        result.exit_code == 2
+        and "updates_per_rollout = 2 must divide the rollout's 3 micro-batches" in result.stderr
+    )
+    inside = write_rl_job(tmp_path / "b", Path("model"), rollout={"updates_per_rollout": 2},
+                          algorithm={"train_steps": [0, 1]}, train={"save_steps": 3})  # fmt: skip
+    result = CliRunner().invoke(app, ["validate-config", str(inside)])
+    assert (
+        result.exit_code == 2
+        and "save_steps = 3 must be a multiple of [rollout] updates_per_rollout" in result.stderr
+    )

@@ -11,6 +11,9 @@ Rewards, advantages, the EMA, checkpoints, exports and logging are shared here a
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
 import logging
 import math
 from collections import defaultdict
@@ -18,8 +21,9 @@ from typing import Any, Literal
 
 import torch
 from pydantic import Field, field_validator
+from transformers import TrainingArguments
 
-from ..config import LoraSection, PromptListData, Section
+from ..config import ConfigError, LoraSection, PromptListData, Section
 from ..diffusion.sampling import SOLVERS, Guidance, to_uint8_media
 from ..rewards import RewardSpec, check_reward
 from .diffusion_common import DiffusionTrainer
@@ -46,6 +50,9 @@ class RolloutSection(Section):
     train_batch_size: int = Field(8, gt=0, description="Samples per training forward (a micro-batch).")
     global_std: bool = Field(False, description="Normalise advantages by the batch's std, not the group's.")
     max_sequence_length: int | None = Field(None, gt=0, description="Text tokens (default: the pipeline's).")
+    updates_per_rollout: int = Field(
+        1, gt=0, description="Optimizer steps per rollout; its micro-batches are split evenly between them."
+    )
 
 
 def check_media_rewards(rewards: dict[str, Any]) -> dict[str, Any]:
@@ -88,8 +95,21 @@ class DiffusionRLTrainer(DiffusionTrainer):
     """Rollout -> rewards -> advantages -> micro-batches, on transformers' `Trainer`. Subclasses write
     `rollout(prompts, metadata)`, `micro_batches(rollout)` and `compute_loss`."""
 
-    def __init__(self, adapter, rewards: list, rollout: RolloutSection, train_dataset, args, **kwargs):
+    def __init__(
+        self,
+        adapter,
+        rewards: list,
+        rollout: RolloutSection,
+        train_dataset,
+        args,
+        kl_beta: float = 0.0,
+        **kwargs,
+    ):
         super().__init__(adapter, train_dataset=RolloutPrompts(train_dataset, args), args=args, **kwargs)
+        # The frozen base for a KL term: a LoRA reaches it by disabling its adapters, full fine-tuning keeps a copy.
+        self.base_copy = None
+        if kl_beta > 0 and self.lora is None:
+            self.base_copy = copy.deepcopy(adapter.transformer).requires_grad_(False).eval()
         self.rewards = rewards
         self.rollout_config = rollout
         height, width, frames = adapter.default_size()
@@ -108,12 +128,16 @@ class DiffusionRLTrainer(DiffusionTrainer):
             rollout = self.rollout(prompts, metadata)
             rollout["advantages"] = self.score(rollout.pop("latents_for_reward"), prompts, metadata)
             self._buffer = self.micro_batches(rollout)
-            if len(self._buffer) != self.args.gradient_accumulation_steps:
-                raise RuntimeError(
-                    f"a rollout gave {len(self._buffer)} micro-batches for {self.args.gradient_accumulation_steps} "
-                    "accumulation steps"
-                )
+            expected = self.args.gradient_accumulation_steps * self.rollout_config.updates_per_rollout
+            if len(self._buffer) != expected:
+                raise RuntimeError(f"a rollout gave {len(self._buffer)} micro-batches, not {expected}")
         return self._buffer.pop(0)
+
+    def reference(self):
+        """The frozen base model (for a KL term), as a context giving the module to call."""
+        if self.base_copy is not None:
+            return contextlib.nullcontext(self.base_copy)
+        return adapters_disabled(self.adapter.transformer)
 
     def rollout(self, prompts: list[str], metadata: list[dict]) -> dict[str, Any]:
         """Sample one image/video per prompt row (rows repeat each prompt K times). Returns at least
@@ -190,6 +214,38 @@ class RolloutPrompts(torch.utils.data.Dataset):
         return self.prompts[index % len(self.prompts)]
 
 
+@contextlib.contextmanager
+def adapters_disabled(transformer):
+    transformer.disable_adapters()
+    try:
+        yield transformer
+    finally:
+        transformer.enable_adapters()
+
+
 def micro_batch_count(rows: int, batch_size: int, steps: int) -> int:
     """Micro-batches per rollout: `steps` training timesteps for each chunk of `batch_size` rows."""
     return steps * math.ceil(rows / batch_size)
+
+
+def rollout_micro_batches(job, train_timesteps: int, source: str) -> int:
+    """The gradient accumulation of one optimizer step: a rollout's micro-batches over its updates. Raises
+    ConfigError (one line) when they do not split evenly, or checkpoints would fall inside a rollout."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+    prompts = job.train.per_device_train_batch_size or defaults["per_device_train_batch_size"]
+    rows = prompts * job.rollout.samples_per_prompt
+    count = micro_batch_count(rows, job.rollout.train_batch_size, train_timesteps)
+    updates = job.rollout.updates_per_rollout
+    if count % updates:
+        raise ConfigError(
+            f"{source}: [rollout] updates_per_rollout = {updates} must divide the rollout's {count} micro-batches "
+            f"(trained timesteps x chunks of train_batch_size samples)"
+        )
+    save_steps = job.train.save_steps
+    # save_steps below 1 is a fraction of the run, which lands where it may: refuse it with several updates.
+    if updates > 1 and save_steps is not None and (save_steps < 1 or int(save_steps) % updates):
+        raise ConfigError(
+            f"{source}: [train] save_steps = {save_steps:g} must be a multiple of [rollout] updates_per_rollout = {updates}, "
+            "so checkpoints fall between rollouts (resume restarts at a rollout)"
+        )
+    return count // updates

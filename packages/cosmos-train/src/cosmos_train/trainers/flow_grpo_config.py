@@ -23,8 +23,7 @@ from transformers import TrainingArguments
 
 from ..config import JobSchema, Section
 from .diffusion_config import DiffusionTrainSection, diffusion_training_arguments
-from .diffusion_rl import DiffusionRLSections, RolloutSection
-from .nft_config import rollout_micro_batches
+from .diffusion_rl import DiffusionRLSections, RolloutSection, rollout_micro_batches
 
 STEP_CHOICES = ("timestep_fraction", "train_steps", "train_step_stride", "sde_window")
 
@@ -141,7 +140,9 @@ class SDEPolicyJob(JobSchema, DiffusionRLSections):
 
     def training_arguments(self, source: str) -> TrainingArguments:
         return diffusion_training_arguments(
-            self, source, {"gradient_accumulation_steps": rollout_micro_batches(self, self.train_timesteps())}
+            self,
+            source,
+            {"gradient_accumulation_steps": rollout_micro_batches(self, self.train_timesteps(), source)},
         )
 
 

@@ -18,8 +18,6 @@ rollout. `DDRLTrainer` (`ddrl_trainer.py`) subclasses this one.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import logging
 from pathlib import Path
 
@@ -31,7 +29,6 @@ from ..jobs import Job
 from .common import train_and_save
 from .diffusion_common import prepare_adapter
 from .diffusion_rl import DiffusionRLTrainer, reward_specs
-from .nft_trainer import _adapters_disabled
 
 logger = logging.getLogger(__name__)
 
@@ -57,19 +54,18 @@ def clipped_policy_loss(
 
 class FlowGRPOTrainer(DiffusionRLTrainer):
     def __init__(self, adapter, rewards, rollout, algorithm, lora=None, **kwargs):
-        super().__init__(adapter, rewards, rollout, ema_decay=algorithm.ema_decay, lora=lora, **kwargs)
+        super().__init__(
+            adapter,
+            rewards,
+            rollout,
+            ema_decay=algorithm.ema_decay,
+            lora=lora,
+            kl_beta=algorithm.kl_beta,
+            **kwargs,
+        )
         self.algorithm = algorithm  # the job's [flow_grpo] (or [ddrl]) section
         self.sampling_steps = rollout.sampling_steps
         self.train_count = algorithm.trained_step_count(self.sampling_steps)
-        self.base_copy = None
-        if algorithm.kl_beta > 0 and lora is None:  # a LoRA reaches the base by disabling its adapters
-            self.base_copy = copy.deepcopy(adapter.transformer).requires_grad_(False).eval()
-
-    def reference(self):
-        """The frozen base model, for the KL term: the transformer with its adapters off, or a copy."""
-        if self.base_copy is not None:
-            return contextlib.nullcontext(self.base_copy)
-        return _adapters_disabled(self.adapter.transformer)
 
     # --- which SDE steps run and train -------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ covering the rollout's micro-batches is set by the job.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -16,7 +15,7 @@ from transformers import TrainingArguments
 
 from ..config import JobSchema, Section
 from .diffusion_config import DiffusionTrainSection, diffusion_training_arguments
-from .diffusion_rl import DiffusionRLSections, micro_batch_count
+from .diffusion_rl import DiffusionRLSections, rollout_micro_batches
 
 
 class NFTSection(Section):
@@ -61,13 +60,7 @@ class NFTJob(JobSchema, DiffusionRLSections):
 
     def training_arguments(self, source: str) -> TrainingArguments:
         return diffusion_training_arguments(
-            self, source, {"gradient_accumulation_steps": rollout_micro_batches(self, self.train_timesteps())}
+            self,
+            source,
+            {"gradient_accumulation_steps": rollout_micro_batches(self, self.train_timesteps(), source)},
         )
-
-
-def rollout_micro_batches(job, train_timesteps: int) -> int:
-    """The micro-batches of one rollout: the gradient accumulation that makes it one optimizer step."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
-    prompts = job.train.per_device_train_batch_size or defaults["per_device_train_batch_size"]
-    rows = prompts * job.rollout.samples_per_prompt
-    return micro_batch_count(rows, job.rollout.train_batch_size, train_timesteps)

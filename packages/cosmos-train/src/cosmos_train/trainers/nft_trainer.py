@@ -115,18 +115,11 @@ class NFTTrainer(DiffusionRLTrainer):
         # The old policy first, so its adapter exists (and is frozen) before the optimizer and EMA collect
         # the trained parameters.
         self.old_policy = OldPolicy(adapter.transformer, lora is not None, nft.decay_type)
-        super().__init__(adapter, rewards, rollout, ema_decay=nft.ema_decay, lora=lora, **kwargs)
+        super().__init__(
+            adapter, rewards, rollout, ema_decay=nft.ema_decay, lora=lora, kl_beta=nft.kl_beta, **kwargs
+        )
         self.nft, self.train_timesteps = nft, train_timesteps
         self.add_callback(self.old_policy)
-        self.base_copy = None
-        if nft.kl_beta > 0 and lora is None:  # a LoRA reaches the base by disabling its adapters
-            self.base_copy = copy.deepcopy(adapter.transformer).requires_grad_(False).eval()
-
-    def reference(self):
-        """The frozen base model, for the KL term: the transformer with its adapters off, or a copy."""
-        if self.base_copy is not None:
-            return contextlib.nullcontext(self.base_copy)
-        return _adapters_disabled(self.adapter.transformer)
 
     # --- 1. rollout with the old policy --------------------------------------------------------------------
 
@@ -215,15 +208,6 @@ class NFTTrainer(DiffusionRLTrainer):
         if resume_from_checkpoint:
             self.old_policy.load(Path(resume_from_checkpoint))
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
-
-
-@contextlib.contextmanager
-def _adapters_disabled(transformer):
-    transformer.disable_adapters()
-    try:
-        yield transformer
-    finally:
-        transformer.enable_adapters()
 
 
 def run_nft(job: Job, callbacks: list | None = None) -> NFTTrainer:
