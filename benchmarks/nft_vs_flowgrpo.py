@@ -88,7 +88,9 @@ def run(algorithm: str, model: Path, steps: int, seed: int, folder: Path) -> dic
         from cosmos_train.trainers.flow_grpo_trainer import run_flow_grpo as train
 
     job_path = folder / f"{algorithm}-{seed}.toml"
-    text = SHARED.format(model=model, prompts=PROMPTS, output=folder / f"{algorithm}-{seed}", steps=steps, seed=seed)
+    text = SHARED.format(
+        model=model, prompts=PROMPTS, output=folder / f"{algorithm}-{seed}", steps=steps, seed=seed
+    )
     job_path.write_text(OWN[algorithm] + text)
     clock = Clock()
     trainer = train(read_job(job_path), callbacks=[clock.callback])
@@ -187,7 +189,13 @@ def main() -> None:
         {
             "family": options.family,
             "reward": "brightness",
-            "budget": {"samples_per_prompt": 4, "prompts_per_step": 4, "sampling_steps": 4, "cfg": 1.0, "lora_r": 16},
+            "budget": {
+                "samples_per_prompt": 4,
+                "prompts_per_step": 4,
+                "sampling_steps": 4,
+                "cfg": 1.0,
+                "lora_r": 16,
+            },
             "max_steps": options.steps,
             "seeds": options.seeds,
             "untrained_reward": start,
