@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 from ..rewards import RewardError
 
