@@ -109,7 +109,7 @@ def test_sigkill_then_resume_is_bit_equal_with_old_policy_and_ema(tmp_path, tiny
     """The old policy and the EMA are both in each checkpoint, under their own names, and a killed run
     resumes to the same weights, old policy and EMA as an uninterrupted one."""
     model = tiny("sd3")
-    train = {"max_steps": 6, "save_steps": 2}
+    train = {"max_steps": 4, "save_steps": 2}
     reference_dir = tmp_path / "reference"
     reference_dir.mkdir()
     done = cli("nft", "-c", write_nft_job(reference_dir, model, lora=lora, train=train), env=ONE_THREAD)
