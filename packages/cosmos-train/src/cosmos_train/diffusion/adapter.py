@@ -278,6 +278,13 @@ def adapter_class_for(class_name: str) -> type[DiffusionAdapter]:
     return known[class_name]
 
 
+def call_default(pipeline, name: str):
+    """A default of the pipeline's `__call__` (what a plain `pipeline(prompt)` uses)."""
+    import inspect
+
+    return inspect.signature(type(pipeline).__call__).parameters[name].default
+
+
 def pad_ragged(rows: list[dict[str, torch.Tensor]], ragged: tuple[str, ...]) -> dict[str, torch.Tensor]:
     """Stack per-sample conditioning; `ragged` keys are right-padded with zeros to the longest row."""
     out: dict[str, Any] = {}

@@ -4,17 +4,9 @@ frames clean, flagged by a `condition_mask` channel and the conditional-frame ti
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 
-from .adapter import DiffusionAdapter
-
-
-def call_default(pipeline, name: str):
-    """A default of the pipeline's `__call__` (what a plain `pipeline(prompt)` uses)."""
-    return inspect.signature(type(pipeline).__call__).parameters[name].default
-
+from .adapter import DiffusionAdapter, call_default
 
 # Clean leading latent frames per conditioning mode (v2v: the pipeline's `num_latent_conditional_frames`).
 MODES = ("t2v", "i2v", "v2v")

@@ -3,46 +3,43 @@ the transformer's timestep is the scheduler's (0..1000) times `transformer.confi
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 
-from .adapter import DiffusionAdapter
+from .adapter import DiffusionAdapter, call_default
 
 
-def call_default(pipeline, name: str):
-    """A default of the pipeline's `__call__` (what a plain `pipeline(prompt)` uses)."""
-    return inspect.signature(type(pipeline).__call__).parameters[name].default
+def encode_gemma_prompts(pipeline, prompts: list[str], device, max_sequence_length: int | None):
+    """SANA's and SANA-Video's prompt encoding: (embeddings, attention mask) as `__call__` makes them.
+
+    Prompts get the complex human instruction `__call__` sends them with; the empty (unconditional) prompt is
+    encoded without it, as the pipeline encodes its negative prompt."""
+    kwargs = {
+        "do_classifier_free_guidance": False,
+        "device": device,
+        "clean_caption": call_default(pipeline, "clean_caption"),
+        "max_sequence_length": max_sequence_length or call_default(pipeline, "max_sequence_length"),
+    }
+    embeds, mask, _, _ = pipeline.encode_prompt(
+        prompts, complex_human_instruction=call_default(pipeline, "complex_human_instruction"), **kwargs
+    )
+    empty = [i for i, prompt in enumerate(prompts) if not prompt]
+    if empty:
+        uncond, uncond_mask, _, _ = pipeline.encode_prompt(
+            [""] * len(empty), complex_human_instruction=None, **kwargs
+        )
+        embeds[empty], mask[empty] = uncond.to(embeds.dtype), uncond_mask.to(mask.dtype)
+    return {"prompt_embeds": embeds, "prompt_attention_mask": mask}
 
 
 class SanaAdapter(DiffusionAdapter):
     pipeline_class = "SanaPipeline"
-    # diffusers' train_dreambooth_lora_sana.py defaults.
     # Validation samples come at the trained size, not snapped to the pipeline's resolution bins.
     generate_kwargs = {"use_resolution_binning": False}
+    # diffusers' train_dreambooth_lora_sana.py defaults.
     lora_target_modules = ("to_k", "to_q", "to_v")
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
-        pipe = self.pipeline
-        length = self.options.max_sequence_length or call_default(pipe, "max_sequence_length")
-        kwargs = {
-            "do_classifier_free_guidance": False,
-            "device": self.device,
-            "clean_caption": call_default(pipe, "clean_caption"),
-            "max_sequence_length": length,
-        }
-        # Prompts get SANA's complex human instruction as `__call__` sends them; the empty (unconditional)
-        # prompt is encoded without it, as the pipeline encodes its negative prompt.
-        embeds, mask, _, _ = pipe.encode_prompt(
-            prompts, complex_human_instruction=call_default(pipe, "complex_human_instruction"), **kwargs
-        )
-        empty = [i for i, prompt in enumerate(prompts) if not prompt]
-        if empty:
-            uncond, uncond_mask, _, _ = pipe.encode_prompt(
-                [""] * len(empty), complex_human_instruction=None, **kwargs
-            )
-            embeds[empty], mask[empty] = uncond.to(embeds.dtype), uncond_mask.to(mask.dtype)
-        return {"prompt_embeds": embeds, "prompt_attention_mask": mask}
+        return encode_gemma_prompts(self.pipeline, prompts, self.device, self.options.max_sequence_length)
 
     def text_encoder_modules(self) -> list[torch.nn.Module]:
         return [self.pipeline.text_encoder]

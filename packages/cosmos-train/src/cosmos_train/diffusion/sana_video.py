@@ -3,16 +3,10 @@ with the VAE's latents mean/std, timesteps on the 0..1000 scale."""
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 
 from .adapter import DiffusionAdapter
-
-
-def call_default(pipeline, name: str):
-    """A default of the pipeline's `__call__` (what a plain `pipeline(prompt)` uses)."""
-    return inspect.signature(type(pipeline).__call__).parameters[name].default
+from .sana import encode_gemma_prompts
 
 
 def latents_stats(vae, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,25 +28,7 @@ class SanaVideoAdapter(DiffusionAdapter):
     lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
-        pipe = self.pipeline
-        length = self.options.max_sequence_length or call_default(pipe, "max_sequence_length")
-        kwargs = {
-            "do_classifier_free_guidance": False,
-            "device": self.device,
-            "clean_caption": call_default(pipe, "clean_caption"),
-            "max_sequence_length": length,
-        }
-        # As in `SanaAdapter`: the instruction prefix for prompts, none for the unconditional (empty) prompt.
-        embeds, mask, _, _ = pipe.encode_prompt(
-            prompts, complex_human_instruction=call_default(pipe, "complex_human_instruction"), **kwargs
-        )
-        empty = [i for i, prompt in enumerate(prompts) if not prompt]
-        if empty:
-            uncond, uncond_mask, _, _ = pipe.encode_prompt(
-                [""] * len(empty), complex_human_instruction=None, **kwargs
-            )
-            embeds[empty], mask[empty] = uncond.to(embeds.dtype), uncond_mask.to(mask.dtype)
-        return {"prompt_embeds": embeds, "prompt_attention_mask": mask}
+        return encode_gemma_prompts(self.pipeline, prompts, self.device, self.options.max_sequence_length)
 
     def text_encoder_modules(self) -> list[torch.nn.Module]:
         return [self.pipeline.text_encoder]
