@@ -231,8 +231,9 @@ def trainer_steps(job_path: Path, steps: int, warmup: int) -> dict:
 def cached_tensors(job_path: Path) -> tuple[torch.Tensor, dict[str, torch.Tensor], float]:
     """Every item's cached latents and conditioning (the trainer's cache, hit), stacked in memory; and the
     scheduler's shift."""
-    from cosmos_train.data.pairs import cache_pairs, load_pairs
+    from cosmos_train.data.pairs import load_pairs
     from cosmos_train.diffusion.adapter import AdapterOptions
+    from cosmos_train.diffusion.latent_cache import cache_pairs
     from cosmos_train.diffusion.loading import load_adapter
     from cosmos_train.jobs import read_job
 

@@ -139,7 +139,7 @@ def trl_dataset():
 def our_dataset():
     """The prompts as a cosmos-train job loads them for a text LM (`build_grpo_trainer`)."""
     from cosmos_train.data import to_text_messages
-    from cosmos_train.data.prompts import load_prompts
+    from cosmos_train.data.chat_prompts import load_prompts
     from cosmos_train.trainers.grpo_config import PromptData
 
     dataset, _ = load_prompts(PromptData(format="jsonl", path=str(PROMPTS)))
@@ -172,7 +172,7 @@ def build(side: str, model_dir: Path, datasets: dict, output_dir: Path, steps: i
     from trl import GRPOTrainer
 
     from cosmos_train.rewards import checked
-    from cosmos_train.trainers.grpo_config import RolloutSection
+    from cosmos_train.trainers.grpo_config import GRPORolloutSection
     from cosmos_train.trainers.grpo_trainer import CosmosGRPOTrainer
 
     common = {
@@ -185,7 +185,7 @@ def build(side: str, model_dir: Path, datasets: dict, output_dir: Path, steps: i
     return CosmosGRPOTrainer(
         reward_funcs=[checked("lowercase", lowercase_fraction)],
         train_dataset=datasets["ours"],
-        rollout=RolloutSection(shared_prompt=side == "ours"),
+        rollout=GRPORolloutSection(shared_prompt=side == "ours"),
         **common,
     )
 

@@ -68,8 +68,9 @@ def component_sizes(model_dir: Path) -> dict[str, int]:
 
 def cache_build(model_dir: Path, job_path: Path, cache_dir: Path) -> dict:
     """Write the cache from scratch (every item a miss): seconds per item, encoding and writing."""
-    from cosmos_train.data.pairs import cache_pairs, load_pairs
+    from cosmos_train.data.pairs import load_pairs
     from cosmos_train.diffusion.adapter import AdapterOptions
+    from cosmos_train.diffusion.latent_cache import cache_pairs
     from cosmos_train.diffusion.loading import load_adapter
     from cosmos_train.jobs import read_job
 

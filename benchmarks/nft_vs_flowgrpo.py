@@ -82,18 +82,13 @@ class Clock:
 def run(algorithm: str, model: Path, steps: int, seed: int, folder: Path) -> dict:
     from cosmos_train.jobs import read_job
 
-    if algorithm == "nft":
-        from cosmos_train.trainers.nft_trainer import run_nft as train
-    else:
-        from cosmos_train.trainers.flow_grpo_trainer import run_flow_grpo as train
-
     job_path = folder / f"{algorithm}-{seed}.toml"
     text = SHARED.format(
         model=model, prompts=PROMPTS, output=folder / f"{algorithm}-{seed}", steps=steps, seed=seed
     )
     job_path.write_text(OWN[algorithm] + text)
     clock = Clock()
-    trainer = train(read_job(job_path), callbacks=[clock.callback])
+    trainer = read_job(job_path).run(callbacks=[clock.callback])
     rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
     return {"rewards": rewards, "seconds": clock.ends}
 

@@ -14,6 +14,13 @@ IMAGE_PAIRS = REPO / "examples" / "data" / "pairs"
 COLORS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}
 
 
+def model_section(model: Path) -> str:
+    """`[model]` for a tiny pipeline, trusting the component code it ships (the tiny Cosmos-Predict2.5's
+    stand-in safety checker; `cosmos_train.model_sources.custom_code_files`)."""
+    trust = "trust_remote_code = true\n" if any(Path(model).glob("*/*_code.py")) else ""
+    return f'[model]\nname_or_path = "{model}"\n{trust}'
+
+
 def write_video_pairs(folder: Path, frames: int = 9, size: int = 32) -> Path:
     """Four short MP4s of a coloured square moving right, each with a `{"prompt": ...}` JSON."""
     import av
@@ -58,7 +65,7 @@ def write_diffusion_job(
         "seed": 0,
     } | (train or {})
     diffusion = {"max_sequence_length": 16} | (diffusion or {})
-    lines = [f'kind = "{kind}"\n', f'[model]\nname_or_path = "{model}"\n']
+    lines = [f'kind = "{kind}"\n', model_section(model)]
     if lora:
         lines.append("[lora]\nr = 16\nalpha = 32\n")
     frames = f"num_frames = {num_frames}\n" if num_frames else ""

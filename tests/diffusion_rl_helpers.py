@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from diffusion_helpers import model_section
 from sft_helpers import REPO, _toml
 
 PROMPTS = REPO / "examples" / "data" / "prompts" / "colors.txt"
@@ -54,7 +55,7 @@ def write_rl_job(
         "max_sequence_length": 16,
     } | (rollout or {})
     section = kind.replace("-", "_")
-    lines = [f'kind = "{kind}"\n', f'[model]\nname_or_path = "{model}"\n']
+    lines = [f'kind = "{kind}"\n', model_section(model)]
     if lora:
         lines.append("[lora]\nr = 16\nalpha = 32\n")
     lines.append(f'[data]\npath = "{PROMPTS}"\n')

@@ -1,4 +1,4 @@
-"""A test double of the remote reward service contract (`reward-service.md`), served over real HTTP.
+"""A test double of the remote reward service contract (`docs/reward-service.md`), served over real HTTP.
 
 Not the real service (that comes later): it scores text completions with a cheap function and other media
 by their per-item mean, so clients can be tested end to end. Usage::

@@ -32,7 +32,7 @@ def write_job(
         "seed": 0,
         "dataloader_num_workers": 0,
     } | (train or {})
-    lines = [f'[model]\nname_or_path = "{model}"\n']
+    lines = ['kind = "sft"\n', f'[model]\nname_or_path = "{model}"\n']
     if lora:
         lines.append("[lora]\nr = 8\nalpha = 16\n")
     lines.append(

@@ -1,5 +1,6 @@
 """Job files: the shared job base (kinds, schemas, paths, overrides, the effective record) and the SFT
-schema's mapping onto TRL's SFTConfig. The malformed-job fuzz is in test_config_fuzz.py."""
+schema's mapping onto TRL's SFTConfig. The malformed-job fuzz is in test_config_fuzz.py, a toy algorithm added
+through the registry in test_registry.py."""
 
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from cosmos_train import config as job_config
 from cosmos_train.cli import app
 from cosmos_train.config import ConfigError, JobPath, JobSchema, ModelSection, Section, trainer_section
 from cosmos_train.jobs import read_job
+from cosmos_train.kinds import JobKind, job_kinds, register, unregister
 
 GOOD = """
 [model]
@@ -40,17 +42,22 @@ backend = "zero2"
 """
 
 
+LLAVA = '[{"conversations": [{"from": "human", "value": "Hi?"}, {"from": "gpt", "value": "Hello."}]}]'
+
+
 def _write(tmp_path: Path, text: str, name: str = "job.toml") -> Path:
     (tmp_path / "data").mkdir(exist_ok=True)
-    (tmp_path / "data" / "llava.json").write_text("[]")
+    (tmp_path / "data" / "llava.json").write_text(LLAVA)
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "config.json").write_text("{}")  # a model folder: its weights are never read here
     path = tmp_path / name
     path.write_text(text)
     return path
 
 
-def _error(tmp_path, text, overrides=None) -> str:
+def _error(tmp_path, text, overrides=None, kind="sft") -> str:
     with pytest.raises(ConfigError) as info:
-        read_job(_write(tmp_path, text), overrides)
+        read_job(_write(tmp_path, text), overrides, kind)
     message = str(info.value)
     assert "\n" not in message
     assert str(tmp_path / "job.toml") in message or message.startswith("--set")
@@ -58,8 +65,8 @@ def _error(tmp_path, text, overrides=None) -> str:
 
 
 def test_good_job_maps_onto_sft_config(tmp_path):
-    job = read_job(_write(tmp_path, GOOD))
-    assert job.kind == "sft"  # no `kind` key: an SFT job
+    job = read_job(_write(tmp_path, GOOD), kind="sft")
+    assert job.kind.name == "sft" and job.config.kind == "sft"  # no `kind` key: the command's kind
     args = job.args
     assert args.learning_rate == 1e-3 and args.max_steps == 5
     assert args.assistant_only_loss is False  # cosmos-train masks the loss itself ([data] train_on)
@@ -67,14 +74,14 @@ def test_good_job_maps_onto_sft_config(tmp_path):
     # Relative paths are relative to the job file.
     assert args.output_dir == str(tmp_path / "runs" / "x")
     assert job.config.data.path == str(tmp_path / "data" / "llava.json")
-    assert job.config.model.name_or_path == "model"  # no such folder: kept as a hub id
+    assert job.config.model.name_or_path == str(tmp_path / "model")  # a folder beside the job file
     # On this CPU-only machine the job defaults to use_cpu (else each launched process trains alone).
     assert args.use_cpu is True and args.bf16 is False
-    assert read_job(_write(tmp_path, GOOD), ["train.use_cpu=false"]).args.use_cpu is False
+    assert read_job(_write(tmp_path, GOOD), ["train.use_cpu=false"], "sft").args.use_cpu is False
 
 
 def test_train_on_is_a_data_choice_not_a_trl_switch(tmp_path):
-    assert read_job(_write(tmp_path, GOOD), ["data.train_on=all"]).config.data.train_on == "all"
+    assert read_job(_write(tmp_path, GOOD), ["data.train_on=all"], "sft").config.data.train_on == "all"
     assert "[train] assistant_only_loss is set by the job" in _error(
         tmp_path, GOOD, ["train.assistant_only_loss=true"]
     )
@@ -101,10 +108,7 @@ def test_train_on_is_a_data_choice_not_a_trl_switch(tmp_path):
         (GOOD + "\n[extra]\n", "unknown section [extra]"),
         ("[model\n", "invalid TOML"),
         (GOOD.replace('"zero2"', '"zero2"\n[train.x]'), "[train] unknown key 'x'"),
-        (
-            'kind = "sftt"\n' + GOOD,
-            f"kind 'sftt' is not a job kind; expected one of {', '.join(job_config.JOB_KINDS)} (did you mean 'sft'?)",
-        ),
+        ('kind = "grpo"\n' + GOOD, "kind 'grpo' is not a sft job; run `cosmos-train grpo` instead"),
         (GOOD.replace('"vision"', '"(vision"'), "[model] freeze: '(vision' is not a valid regex"),
         (GOOD.replace("max_steps = 5", 'lr_scheduler_type = "cosin"'), "(did you mean 'cosine'?)"),
         (
@@ -118,7 +122,9 @@ def test_bad_jobs_name_file_section_and_key(tmp_path, text, expected):
 
 
 def test_overrides_apply_and_are_validated(tmp_path):
-    job = read_job(_write(tmp_path, GOOD), ["train.max_steps=7", "lora.r=4", "data.system_prompt=Be brief."])
+    job = read_job(
+        _write(tmp_path, GOOD), ["train.max_steps=7", "lora.r=4", "data.system_prompt=Be brief."], "sft"
+    )
     assert job.config.train.max_steps == 7 and job.args.max_steps == 7 and job.config.lora.r == 4
     assert job.config.data.system_prompt == "Be brief."
     assert "[train] unknown key 'max_stepz'" in _error(tmp_path, GOOD, ["train.max_stepz=1"])
@@ -130,7 +136,7 @@ def test_overrides_apply_and_are_validated(tmp_path):
 
 def test_the_job_record_is_the_effective_job_and_reruns_identically(tmp_path):
     """The record saved with a run holds --set values and absolute paths, and reads back to the same job."""
-    job = read_job(_write(tmp_path, GOOD), ["train.max_steps=7", "data.system_prompt=Be brief."])
+    job = read_job(_write(tmp_path, GOOD), ["train.max_steps=7", "data.system_prompt=Be brief."], "sft")
     record = job.record()
     values = tomllib.loads(record)
     assert values["kind"] == "sft" and values["train"]["max_steps"] == 7
@@ -140,7 +146,7 @@ def test_the_job_record_is_the_effective_job_and_reruns_identically(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "record.toml").write_text(record)
-    again = read_job(elsewhere / "record.toml")  # absolute paths: the folder it lives in does not matter
+    again = read_job(elsewhere / "record.toml")  # its kind is in it; absolute paths: any folder will do
     assert again.config == job.config
     assert again.args.to_dict() == job.args.to_dict()
 
@@ -152,15 +158,19 @@ def _cli(*args, cwd=None):
 
 def test_validate_config_command(tmp_path):
     runner = CliRunner()
-    ok = runner.invoke(app, ["validate-config", str(_write(tmp_path, GOOD))])
+    ok = runner.invoke(app, ["validate-config", str(_write(tmp_path, 'kind = "sft"\n' + GOOD))])
     assert ok.exit_code == 0, ok.output
     assert "ok (sft job)" in ok.stdout
+    ok = runner.invoke(app, ["validate-config", "--kind", "sft", str(_write(tmp_path, GOOD))])
+    assert ok.exit_code == 0 and "ok (sft job)" in ok.stdout, ok.output
+    unnamed = runner.invoke(app, ["validate-config", str(_write(tmp_path, GOOD))])
+    assert unnamed.exit_code == 2 and "no kind: add a top-level kind" in unnamed.stderr, unnamed.output
     missing = runner.invoke(
-        app, ["validate-config", str(_write(tmp_path, GOOD)), "--set", "data.path=nope.json"]
+        app, ["validate-config", "--kind", "sft", str(_write(tmp_path, GOOD)), "--set", "data.path=nope.json"]
     )
     assert missing.exit_code == 2 and "nope.json does not exist" in missing.stderr
     # The real console script: exit code 2, one line on stderr, no traceback.
-    bad = _cli("validate-config", _write(tmp_path, GOOD.replace("r = 8", "rank = 8")))
+    bad = _cli("validate-config", "--kind", "sft", _write(tmp_path, GOOD.replace("r = 8", "rank = 8")))
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "did you mean 'r'" in bad.stderr
     assert "Traceback" not in bad.stderr
@@ -174,7 +184,6 @@ class ToySection(Section):
 
 
 class ToyJob(JobSchema):
-    kind: str = "toy"
     model: ModelSection
     toy: ToySection
     train: trainer_section(TrainingArguments, name="ToyTrain", overrides={"output_dir": (str, ...)})
@@ -196,8 +205,13 @@ learning_rate = 0.5
 
 
 @pytest.fixture
-def toy_kind(monkeypatch):
-    monkeypatch.setitem(job_config.JOB_KINDS, "toy", f"{__name__}:ToyJob")
+def toy_kind():
+    register(
+        JobKind("toy", schema=f"{__name__}:ToyJob", run=f"{__name__}:ToyJob", family="language", help="Toy.")
+    )
+    yield
+    unregister("toy")
+    assert "toy" not in job_kinds()
 
 
 def test_any_registered_schema_gets_paths_errors_and_validate_config(tmp_path, toy_kind):
@@ -208,18 +222,20 @@ def test_any_registered_schema_gets_paths_errors_and_validate_config(tmp_path, t
     assert job.config.toy.base == str(tmp_path / "base")  # hub id or path: resolved when it exists
     assert job.args.output_dir == str(tmp_path / "out") and job.args.learning_rate == 0.5
     (tmp_path / "base").rmdir()
-    assert read_job(_write(tmp_path, TOY)).config.toy.base == "base"
+    assert read_job(_write(tmp_path, TOY)).config.toy.base == "base"  # no such folder: kept as a hub id
 
-    assert "[toy] steps: Input should be greater than 0 (got 0)" in _error(tmp_path, TOY, ["toy.steps=0"])
-    assert "[toy] unknown key 'step' (did you mean 'steps'?)" in _error(tmp_path, TOY, ["toy.step=1"])
-    assert "[train] per_device_train_batch_size: Input should be greater than 0" in _error(
-        tmp_path, TOY, ["train.per_device_train_batch_size=0"]
+    assert "[toy] steps: Input should be greater than 0 (got 0)" in _error(
+        tmp_path, TOY, ["toy.steps=0"], None
     )
-    assert "unknown section [data]" in _error(tmp_path, TOY, ["data.path=x"])
+    assert "[toy] unknown key 'step' (did you mean 'steps'?)" in _error(tmp_path, TOY, ["toy.step=1"], None)
+    assert "[train] per_device_train_batch_size: Input should be greater than 0" in _error(
+        tmp_path, TOY, ["train.per_device_train_batch_size=0"], None
+    )
+    assert "unknown section [data]" in _error(tmp_path, TOY, ["data.path=x"], None)
 
     runner = CliRunner()
     result = runner.invoke(app, ["validate-config", str(_write(tmp_path, TOY))])
-    assert result.exit_code == 0 and "ok (toy job)" in result.stdout
+    assert result.exit_code == 0 and "ok (toy job)" in result.stdout, result.output
     # A trainer's command refuses a job of another kind, naming the right command.
     result = runner.invoke(app, ["sft", "-c", str(_write(tmp_path, TOY))])
     assert result.exit_code == 2

@@ -5,6 +5,7 @@ data term reuses the rollout's sigma and noise, and a checkpointed run resumes."
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import diffusion_rl_helpers
@@ -16,8 +17,6 @@ from sft_helpers import REPO
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.diffusion.sampling import ode_sample, sigma_grid
 from cosmos_train.jobs import read_job
-from cosmos_train.trainers.ddrl_trainer import run_ddrl
-from cosmos_train.trainers.flow_grpo_trainer import run_flow_grpo
 
 tiny = diffusion_rl_helpers.tiny  # fixtures
 _one_thread = diffusion_rl_helpers._one_thread
@@ -65,11 +64,11 @@ def test_data_term_holds_the_samples_near_the_data(tmp_path, tiny):
     """Same seed, prompts, rollouts and steps: FlowGRPO (no KL) against DDRL (its default data_beta 0.01)."""
     model = tiny("sana")
     grpo_job = write_rl_job(tmp_path / "grpo", model, algorithm={"kl_beta": 0.0, **STEPS}, train=BUDGET)
-    grpo = run_flow_grpo(read_job(grpo_job))
+    grpo = read_job(grpo_job).run()
     ddrl_job = write_rl_job(
         tmp_path / "ddrl", model, kind="ddrl", algorithm=STEPS, train=BUDGET, extra=REAL_DATA
     )
-    ddrl = run_ddrl(read_job(ddrl_job))
+    ddrl = read_job(ddrl_job).run()
 
     target = data_statistic(ddrl.adapter)
     distance = {
@@ -103,24 +102,10 @@ def test_data_term_reuses_the_rollout_sigma_and_noise(tmp_path, tiny):
         )
     )
     from cosmos_train.data import collate_prompts, load_prompt_list
-    from cosmos_train.rewards import build_media_rewards
-    from cosmos_train.trainers.ddrl_trainer import DDRLTrainer, _real_data
-    from cosmos_train.trainers.diffusion_common import prepare_adapter
-    from cosmos_train.trainers.diffusion_rl import reward_specs
+    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
-    adapter, lora = prepare_adapter(job)
+    trainer = build_diffusion_rl_trainer(job)
     prompts, _ = load_prompt_list(job.config.data)
-    trainer = DDRLTrainer(
-        adapter,
-        build_media_rewards(reward_specs(job.config.rewards)),
-        job.config.rollout,
-        job.config.ddrl,
-        lora=lora,
-        args=job.args,
-        train_dataset=prompts,
-        data_collator=collate_prompts,
-        **_real_data(job, adapter),
-    )
     assert trainer.args.gradient_accumulation_steps == 2  # 4 SDE steps, every other one, one chunk of 16
     batch = collate_prompts([prompts[i] for i in range(4)])
     first, second = trainer._prepare_inputs(batch), trainer._prepare_inputs(batch)
@@ -144,11 +129,61 @@ def test_ddrl_checkpoint_then_resume(tmp_path, tiny):
         train={"max_steps": 2, "save_steps": 2, "resume_from_checkpoint": True},
         extra=REAL_DATA,
     )
-    run_ddrl(read_job(job_file))
+    read_job(job_file).run()
     assert is_complete(tmp_path / "run" / "checkpoint-2")
-    resumed = run_ddrl(read_job(job_file, ["train.max_steps=3"]))
+    resumed = read_job(job_file, ["train.max_steps=3"]).run()
     assert resumed.state.global_step == 3
     assert (tmp_path / "run" / "safetensors" / "step_2" / "lora").is_dir()
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_is_bit_equal(tmp_path, tiny):
+    """A LoRA DDRL run with its data term, killed after a checkpoint in its second epoch (12 prompts, 4 a
+    step: 3 steps an epoch), resumes to the same weights, EMA and exported LoRA as an uninterrupted run: the
+    Trainer's seeded sampler takes the epoch, the real data is drawn by step, rollouts from the restored RNG."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from safetensors.torch import load_file
+    from sft_helpers import cli
+
+    one_thread = os.environ | {"OMP_NUM_THREADS": "1"}
+    model = tiny("sana")
+    train = {"max_steps": 5, "save_steps": 2, "resume_from_checkpoint": True}
+    jobs = {
+        name: write_rl_job(tmp_path / name, model, kind="ddrl", train=train, extra=REAL_DATA)
+        for name in ("reference", "killed")
+    }
+    done = cli("ddrl", "-c", jobs["reference"], env=one_thread)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    run = tmp_path / "killed" / "run"
+    exe = Path(sys.executable).with_name("cosmos-train")
+    process = subprocess.Popen(
+        [exe, "ddrl", "-c", jobs["killed"]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=one_thread,
+    )
+    deadline = time.monotonic() + 600
+    while not is_complete(run / "checkpoint-4") and time.monotonic() < deadline:
+        assert process.poll() is None, "training ended before it could be killed"
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    assert not (run / "model.safetensors").exists()
+
+    resumed = cli("ddrl", "-c", jobs["killed"], env=one_thread)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from {run / 'checkpoint-4'}" in resumed.stderr
+    lora = "safetensors/step_5/lora/pytorch_lora_weights.safetensors"
+    for name in ("model.safetensors", "ema.safetensors", lora):
+        final, reference = load_file(run / name), load_file(tmp_path / "reference" / "run" / name)
+        assert final.keys() == reference.keys(), name
+        for key in reference:
+            assert torch.equal(final[key], reference[key]), (name, key)
 
 
 def test_ddrl_job_needs_real_data_for_its_data_term(tmp_path, tiny):

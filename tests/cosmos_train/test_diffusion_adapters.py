@@ -44,7 +44,8 @@ def load(folders, family):
     if family not in _loaded:
         from diffusers import DiffusionPipeline
 
-        pipe = DiffusionPipeline.from_pretrained(folders[family])
+        # trust_remote_code: the tiny Cosmos-Predict2.5 ships its stand-in safety checker's code.
+        pipe = DiffusionPipeline.from_pretrained(folders[family], trust_remote_code=True)
         pipe.set_progress_bar_config(disable=True)
         _loaded[family] = pipe, adapter_class_for(pipeline_class_name(folders[family]))(pipe)
     return _loaded[family]

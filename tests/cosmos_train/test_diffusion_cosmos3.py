@@ -18,10 +18,11 @@ from peft.utils import get_peft_model_state_dict
 from safetensors.torch import load_file
 from sft_helpers import _toml, cli
 
+from cosmos_train.config import LoraSection
 from cosmos_train.diffusion.adapter import AdapterOptions, adapter_class_for, pipeline_class_name
 from cosmos_train.diffusion.cosmos3 import FRAMEWORK_LORA, GENERATOR_PARAMETER, Cosmos3Adapter
 from cosmos_train.diffusion.flow import add_noise, flow_matching_loss
-from cosmos_train.diffusion.loading import add_lora, load_adapter
+from cosmos_train.diffusion.loading import load_adapter, prepare_training
 from cosmos_train.tiny_pipelines import save_tiny_pipeline
 from diffusers_cosmos3 import lora_to_diffusers
 from diffusers_cosmos3.batched import _REASONER_PARAM, Cosmos3TrainingSample, per_sample_forward
@@ -87,7 +88,7 @@ def test_adapter_found_from_saved_folder_and_targets_only_the_generator(folder):
     assert adapter_class_for(pipeline_class_name(str(folder))) is Cosmos3Adapter
     adapter = adapter_for(folder)
     assert adapter.video and type(adapter.pipeline).__name__ == "Cosmos3OmniPipeline"
-    targets = add_lora(adapter, 4, 4, 0.0, None)
+    targets = prepare_training(adapter, LoraSection(r=4, alpha=4))["target_modules"]
     lora = [name for name, p in adapter.transformer.named_parameters() if p.requires_grad]
     assert lora and all("lora_" in name for name in lora)
     # Every default target hits generator modules only; the reasoner's keys/values stay cacheable.
@@ -222,7 +223,7 @@ def test_full_finetuning_trains_the_generator_only_and_every_trained_weight_gets
 def test_lora_export_loads_in_plain_diffusers_with_the_documented_call(folder, tmp_path):
     adapter = adapter_for(folder)
     rank, alpha = 4, 8  # alpha != r: a halved or doubled scale would show
-    add_lora(adapter, rank, alpha, 0.0, None)
+    prepare_training(adapter, LoraSection(r=rank, alpha=alpha))
     with torch.no_grad():
         for name, parameter in adapter.transformer.named_parameters():
             if "lora_B" in name:
@@ -386,11 +387,12 @@ def main(rank, world, port):
 def check(rank, world, mode):
     from diffusers_cosmos3.testing import build_pipeline
     from cosmos_train.diffusion.cosmos3 import Cosmos3Adapter
-    from cosmos_train.diffusion.loading import add_lora
+    from cosmos_train.config import LoraSection
+    from cosmos_train.diffusion.loading import prepare_training
     adapter = Cosmos3Adapter(build_pipeline())
     torch.manual_seed(0)
     if mode == "lora":
-        add_lora(adapter, 4, 8, 0.0, None)
+        prepare_training(adapter, LoraSection(r=4, alpha=8))
     else:
         adapter.prepare_full_finetuning()
     reference = copy.deepcopy(adapter.transformer)

@@ -13,15 +13,9 @@ from PIL import Image
 
 from cosmos_train.config import PairData
 from cosmos_train.data import DataError
-from cosmos_train.data.pairs import (
-    LatentCache,
-    cache_pairs,
-    cache_window_start,
-    collate_pairs,
-    encode_seed,
-    load_pairs,
-)
+from cosmos_train.data.pairs import collate_pairs, load_pairs
 from cosmos_train.diffusion.adapter import DiffusionAdapter
+from cosmos_train.diffusion.latent_cache import LatentCache, cache_pairs, cache_window_start, encode_seed
 
 torch.set_num_threads(1)
 

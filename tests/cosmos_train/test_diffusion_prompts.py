@@ -1,4 +1,4 @@
-"""Prompt lists for diffusion RL (`cosmos_train.data.diffusion_prompts`): one-prompt-per-line text (pickscore, ocr,
+"""Prompt lists for diffusion RL (`cosmos_train.data.prompt_lists`): one-prompt-per-line text (pickscore, ocr,
 video prompt sets), GenEval `{split}_metadata.jsonl`, generic JSONL; folder + split resolution, auto-detection and
 forcing, and bad lines as one precise `FILE:LINE` line (or skipped and counted).
 

@@ -22,10 +22,12 @@ from sft_helpers import cli
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.diffusion.adapter import adapter_class_for, pipeline_class_name
 from cosmos_train.diffusion.loading import load_adapter
+from cosmos_train.diffusion.weights import ExponentialAverage
 from cosmos_train.jobs import read_job
 from cosmos_train.tiny_pipelines import PIPELINES
-from cosmos_train.trainers.diffusion_common import EMA_FILE
 from cosmos_train.trainers.diffusion_sft_trainer import run_diffusion_sft
+
+EMA_FILE = ExponentialAverage.filename
 
 NUM_FRAMES = 5
 
@@ -65,7 +67,7 @@ def test_loss_falls_on_a_tiny_overfit_set(tmp_path, tiny, video_pairs, family, m
 
     torch.manual_seed(0)  # the video window
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
-    untrained = load_adapter(str(model), trainer.adapter.options)
+    untrained = load_adapter(job.config.model, trainer.adapter.options)
     before = fixed_loss(untrained, untrained.transformer, batch, job.config.diffusion)
     after = fixed_loss(trainer.adapter, trainer.model, batch, job.config.diffusion)
     # Fixed noise and data, so the fall is the weights' doing alone. A LoRA on the attention projections

@@ -22,7 +22,7 @@ RECIPES = [path for folder in FOLDERS for path in sorted((REPO / "examples" / fo
 
 def kind_of(recipe) -> str:
     """The recipe's job kind, which is also its cosmos-train command."""
-    return tomllib.loads(recipe.read_text()).get("kind", "sft")
+    return tomllib.loads(recipe.read_text())["kind"]
 
 
 # Recipes that run offline as shipped, on the tiny model `make-tiny` writes.
@@ -61,29 +61,85 @@ def test_every_cited_example_exists():
     assert not missing, missing
 
 
-def _stand_ins(recipe) -> list[str]:
-    """`--set` overrides for what a real-model recipe needs and this machine lacks: its local data (a hub
-    dataset validates without a download, so it stays), a multi-GPU backend, and vLLM (not in this env)."""
-    if recipe in TINY_RECIPES or recipe in TRAINED_ELSEWHERE:
-        return []
+# The tiny model of each recipe's family (`make-tiny` kinds), standing in for its checkpoint in validate-config.
+STAND_IN_MODELS = {
+    "sft/cosmos3_nano_lora.toml": "cosmos3",
+    "sft/qwen3_vl_8b_full.toml": "qwen3_vl",
+    "sft/tiny_cosmos3_lora.toml": "cosmos3",
+    "sft/tiny_qwen3_lora.toml": "qwen3",
+    "grpo/cosmos3_nano_video.toml": "cosmos3",
+    "grpo/qwen3_math.toml": "qwen3",
+    "grpo/tiny_qwen3.toml": "qwen3",
+    "diffusion_sft/cosmos3_nano_lora.toml": "cosmos3_pipeline",
+    "diffusion_sft/cosmos_predict2_5_lora.toml": "cosmos_predict2_5",
+    "diffusion_sft/sana_lora.toml": "sana",
+    "diffusion_sft/sd35_medium_lora.toml": "sd3",
+    "diffusion_sft/tiny_sd3_lora.toml": "sd3",
+    "diffusion_rl/cosmos_predict2_5_ddrl.toml": "cosmos_predict2_5",
+    "diffusion_rl/sd35_medium_flow_grpo.toml": "sd3",
+    "diffusion_rl/tiny_sana_ddrl.toml": "sana",
+    "diffusion_rl/tiny_sana_flow_grpo.toml": "sana",
+    "diffusion_rl/tiny_sd3_nft.toml": "sd3",
+}
+
+
+def _name(recipe) -> str:
+    return f"{recipe.parent.name}/{recipe.name}"
+
+
+@pytest.fixture(scope="module")
+def stand_ins(tmp_path_factory, tiny_pipeline):
+    """{make-tiny kind: folder} for the recipes' families, and short video pairs."""
+    from diffusion_helpers import write_video_pairs
+
+    root = tmp_path_factory.mktemp("stand-ins")
+    folders = {}
+    for kind in sorted(set(STAND_IN_MODELS.values())):
+        family = tiny.PIPELINE_KINDS.get(kind)
+        folders[kind] = tiny_pipeline(family) if family else tiny.save_tiny_model(kind, root / kind)
+    folders["video_pairs"] = write_video_pairs(root / "video_pairs", frames=9, size=16)
+    return folders
+
+
+def _stand_ins(recipe, stand_ins) -> list[str]:
+    """`--set` overrides for what a recipe needs and this machine lacks: its model (the tiny one of its family),
+    its data (local files, or a hub dataset that validate-config would download), a multi-GPU backend, and vLLM
+    (not in this env). Video data is replaced by 9-frame clips."""
     job = tomllib.loads(recipe.read_text())
-    values = {"launch.backend": "ddp"}
-    if job.get("kind") in ("nft", "flow-grpo", "ddrl"):
-        values["data.path"] = REPO / "examples" / "data" / "prompts" / "colors.txt"
-    elif job.get("kind") == "diffusion-sft":
-        if job["data"].get("format") != "hf":  # a stand-in folder (only its existence is validated)
-            values["data.path"] = REPO / "examples" / "data" / "pairs"
-    elif job["data"]["format"] != "hf":
-        values |= {"data.path": SHAPES / "llava.json", "data.format": "llava", "data.media_dir": SHAPES}
+    kind = STAND_IN_MODELS[_name(recipe)]
+    values = {"model.name_or_path": stand_ins[kind], "launch.backend": "ddp"}
+    if kind == "cosmos_predict2_5":
+        values["model.trust_remote_code"] = "true"  # the tiny one ships its stand-in safety checker's code
+    if recipe in TINY_RECIPES or recipe in TRAINED_ELSEWHERE:
+        return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+    for section in ("data", "real_data"):
+        pairs = job.get(section, {})
+        if job.get("kind") in ("nft", "flow-grpo", "ddrl") and section == "data":
+            values["data.path"] = REPO / "examples" / "data" / "prompts" / "colors.txt"
+        elif "height" in pairs:  # image/video pairs
+            video = "num_frames" in pairs
+            values[f"{section}.path"] = (
+                stand_ins["video_pairs"] if video else REPO / "examples" / "data" / "pairs"
+            )
+            values[f"{section}.format"] = "folder"
+            if video:
+                values[f"{section}.num_frames"] = 9
+        elif section == "data":
+            values |= {"data.path": SHAPES / "llava.json", "data.format": "llava", "data.media_dir": SHAPES}
     if job.get("kind") == "grpo":
         values["train.use_vllm"] = "false"
     return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: f"{path.parent.name}/{path.name}")
-def test_recipe_validates(recipe):
-    """Real-model recipes point at data this machine lacks; their keys and values must still be right."""
-    result = CliRunner().invoke(app, ["validate-config", str(recipe), *_stand_ins(recipe)])
+def test_every_recipe_has_a_stand_in_model():
+    assert sorted(STAND_IN_MODELS) == sorted(_name(recipe) for recipe in RECIPES)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=_name)
+def test_recipe_validates(recipe, stand_ins):
+    """Every recipe validates, model and data included, with a tiny model of its family and stand-in data
+    where it names a real checkpoint and data this machine lacks."""
+    result = CliRunner().invoke(app, ["validate-config", str(recipe), *_stand_ins(recipe, stand_ins)])
     assert result.exit_code == 0, result.output
     assert f"ok ({kind_of(recipe)} job)" in result.output
 
@@ -133,6 +189,9 @@ def test_make_tiny_writes_a_loadable_model(tmp_path):
 def test_make_tiny_refuses_unknown_kinds_and_existing_folders(tmp_path):
     runner = CliRunner()
     unknown = runner.invoke(app, ["make-tiny", "llama", str(tmp_path / "m")])
-    assert unknown.exit_code == 2 and "expected one of qwen3, qwen3_vl, qwen2_5_vl, cosmos3" in unknown.stderr
+    assert unknown.exit_code == 2 and f"expected one of {', '.join(tiny.KINDS)}" in unknown.stderr
+    # Its help lists every kind it builds, each with its description.
+    listed = runner.invoke(app, ["make-tiny", "--help"]).stdout
+    assert all(kind in listed and description in listed for kind, description in tiny.KINDS.items())
     existing = runner.invoke(app, ["make-tiny", "qwen3", str(tmp_path)])
     assert existing.exit_code == 2 and "already exists" in existing.stderr

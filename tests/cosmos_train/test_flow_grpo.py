@@ -4,8 +4,6 @@ clips; FlowGRPO raises the brightness reward on tiny SANA by a clear margin; a c
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import diffusion_rl_helpers
 import pytest
 import torch
@@ -13,7 +11,7 @@ from diffusion_rl_helpers import rewards, rises, write_rl_job
 
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.jobs import read_job
-from cosmos_train.trainers.flow_grpo_trainer import FlowGRPOTrainer, clipped_policy_loss, run_flow_grpo
+from cosmos_train.trainers.flow_grpo_trainer import clipped_policy_loss
 
 tiny = diffusion_rl_helpers.tiny  # fixtures
 _one_thread = diffusion_rl_helpers._one_thread
@@ -53,22 +51,11 @@ def test_recomputed_log_prob_equals_the_rollout_one(tmp_path, tiny, guidance):
         )
     )
     from cosmos_train.data import collate_prompts, load_prompt_list
-    from cosmos_train.rewards import build_media_rewards
-    from cosmos_train.trainers.diffusion_common import prepare_adapter
-    from cosmos_train.trainers.diffusion_rl import reward_specs
+    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
-    adapter, lora = prepare_adapter(job)
+    trainer = build_diffusion_rl_trainer(job)
+    adapter = trainer.adapter
     prompts, _ = load_prompt_list(job.config.data)
-    trainer = FlowGRPOTrainer(
-        adapter,
-        build_media_rewards(reward_specs(job.config.rewards)),
-        job.config.rollout,
-        job.config.flow_grpo,
-        lora=lora,
-        args=job.args,
-        train_dataset=prompts,
-        data_collator=collate_prompts,
-    )
     with torch.no_grad():  # a trained LoRA, so the KL's reference (adapters off) differs from the policy
         for name, parameter in adapter.transformer.named_parameters():
             if "lora_B" in name:
@@ -100,22 +87,10 @@ def test_recompute_detects_a_mismatched_guidance(tmp_path, tiny):
         )
     )
     from cosmos_train.data import collate_prompts, load_prompt_list
-    from cosmos_train.rewards import build_media_rewards
-    from cosmos_train.trainers.diffusion_common import prepare_adapter
-    from cosmos_train.trainers.diffusion_rl import reward_specs
+    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
-    adapter, lora = prepare_adapter(job)
+    trainer = build_diffusion_rl_trainer(job)
     prompts, _ = load_prompt_list(job.config.data)
-    trainer = FlowGRPOTrainer(
-        adapter,
-        build_media_rewards(reward_specs(job.config.rewards)),
-        job.config.rollout,
-        job.config.flow_grpo,
-        lora=lora,
-        args=job.args,
-        train_dataset=prompts,
-        data_collator=collate_prompts,
-    )
     inputs = trainer._prepare_inputs(collate_prompts([prompts[i] for i in range(4)]))
     trainer.rollout_config = trainer.rollout_config.model_copy(update={"guidance_scale": 1.0})
     trainer.compute_loss(trainer.model, inputs)
@@ -136,7 +111,7 @@ def test_flow_grpo_learns_brightness_on_tiny_sana(tmp_path, tiny):
             tmp_path, tiny("sana"), algorithm={"kl_beta": 0.0}, train={"max_steps": 10}, brightness=-1.0
         )
     )
-    trainer = run_flow_grpo(job)
+    trainer = job.run()
     curve = rewards(trainer)
     first, last, _ = rises(curve)
     initial_std = trainer.state.log_history[0]["reward_std"]  # of the first rollout's samples
@@ -153,10 +128,10 @@ def test_checkpoint_then_resume(tmp_path, tiny):
         train={"max_steps": 2, "save_steps": 2, "resume_from_checkpoint": True},
         lora=False,
     )
-    run_flow_grpo(read_job(job_file))
+    read_job(job_file).run()
     checkpoint = tmp_path / "run" / "checkpoint-2"
     assert is_complete(checkpoint) and (checkpoint / "ema.safetensors").is_file()
-    resumed = run_flow_grpo(read_job(job_file, ["train.max_steps=4"]))
+    resumed = read_job(job_file, ["train.max_steps=4"]).run()
     assert resumed.state.global_step == 4
     assert is_complete(tmp_path / "run" / "checkpoint-4")
     assert (tmp_path / "run" / "safetensors" / "step_4").is_dir()
@@ -166,13 +141,11 @@ def test_checkpoint_then_resume(tmp_path, tiny):
 def test_several_updates_per_rollout_move_the_ratio_and_clip(tmp_path, tiny):
     """With `updates_per_rollout = 2` the second update recomputes log-probs under weights the first one
     changed: the ratio leaves 1 and the clip range (FlowGRPO's 1e-4) acts, as in the reference."""
-    from cosmos_train.trainers.flow_grpo_trainer import run_flow_grpo
-
     job = write_rl_job(
         tmp_path, tiny("sana"), rollout={"updates_per_rollout": 2, "sampling_steps": 4},
         algorithm={"train_steps": [0, 1], "kl_beta": 0.0}, train={"max_steps": 4, "save_steps": 2},
     )  # fmt: skip
-    trainer = run_flow_grpo(read_job(job))
+    trainer = read_job(job).run()
     history = [entry for entry in trainer.state.log_history if "clip_fraction" in entry]
     assert len(history) == 4 and trainer.args.gradient_accumulation_steps == 1
     first, second = history[0], history[1]  # one rollout: its first update, then its second
@@ -181,19 +154,19 @@ def test_several_updates_per_rollout_move_the_ratio_and_clip(tmp_path, tiny):
     assert second["clip_fraction"] > 0.0
 
 
-def test_updates_must_split_the_rollout_and_checkpoints_fall_between_rollouts(tmp_path):
+def test_updates_must_split_the_rollout_and_checkpoints_fall_between_rollouts(tmp_path, tiny):
     from typer.testing import CliRunner
 
     from cosmos_train.cli import app
 
-    uneven = write_rl_job(tmp_path / "a", Path("model"), rollout={"updates_per_rollout": 2, "sampling_steps": 3},
+    uneven = write_rl_job(tmp_path / "a", tiny("sana"), rollout={"updates_per_rollout": 2, "sampling_steps": 3},
                           algorithm={"train_steps": [0, 1, 2]})  # fmt: skip
     result = CliRunner().invoke(app, ["validate-config", str(uneven)])
     assert (
         result.exit_code == 2
         and "updates_per_rollout = 2 must divide the rollout's 3 micro-batches" in result.stderr
     )
-    inside = write_rl_job(tmp_path / "b", Path("model"), rollout={"updates_per_rollout": 2},
+    inside = write_rl_job(tmp_path / "b", tiny("sana"), rollout={"updates_per_rollout": 2},
                           algorithm={"train_steps": [0, 1]}, train={"save_steps": 3})  # fmt: skip
     result = CliRunner().invoke(app, ["validate-config", str(inside)])
     assert (

@@ -22,7 +22,7 @@ from cosmos_train import testing as tiny
 from cosmos_train.data import load_video
 from cosmos_train.jobs import read_job
 from cosmos_train.rewards import RewardError
-from cosmos_train.trainers.grpo_trainer import _merge_rollouts, run_grpo
+from cosmos_train.trainers.grpo_trainer import EpochSeededRepeatSampler, _merge_rollouts, run_grpo
 
 TOY_REWARD = "toy_rewards:lowercase"
 LEARN = {
@@ -308,10 +308,33 @@ def test_remote_reward_service_down_fails_before_the_model_loads(tmp_path, text_
     assert f"127.0.0.1:{port} is not reachable" in message and "REMOTE_REWARD_ENQUEUE_URL" in message
 
 
+def test_an_epochs_prompt_order_does_not_depend_on_the_epochs_before():
+    """What a resumed process relies on: its fresh sampler, set to the checkpoint's epoch, draws that epoch's
+    order (TRL's sampler draws every epoch from one generator, so a fresh one replays epoch 0's)."""
+    from trl.trainer.utils import RepeatSampler
+
+    def sampler():
+        return EpochSeededRepeatSampler(range(7), mini_repeat_count=2, batch_size=3, repeat_count=2, seed=0)
+
+    running = sampler()
+    orders = []
+    for epoch in range(3):
+        running.set_epoch(epoch)
+        orders.append(list(running))
+    fresh = sampler()
+    fresh.set_epoch(2)
+    assert list(fresh) == orders[2] and orders[1] != orders[0]
+    trl = RepeatSampler(range(7), mini_repeat_count=2, batch_size=3, repeat_count=2, seed=0)
+    assert orders[0] == list(trl)  # epoch 0 keeps TRL's order
+
+
 @pytest.mark.slow
 def test_sigkill_then_resume_gives_bit_equal_weights(tmp_path, text_lm):
-    """A GRPO run killed after a checkpoint resumes to the same weights as an uninterrupted run: rollouts
-    are sampled again from the restored RNG state. The reward module sits beside the job file."""
+    """A LoRA GRPO run killed after a checkpoint resumes to the same adapter as an uninterrupted run: rollouts
+    are sampled again from the restored RNG state. Six prompts, two per rollout and a rollout every two steps
+    (`steps_per_generation`): each epoch is 6 steps, so the run kills in its second epoch (whose prompt order
+    must be that epoch's, not the first's) at step 9, inside a generation cycle (step 10 trains on step 9's
+    rollout). The reward module sits beside the job file."""
     import os
     import shutil
     import signal
@@ -324,14 +347,23 @@ def test_sigkill_then_resume_gives_bit_equal_weights(tmp_path, text_lm):
 
     from cosmos_train.checkpoints import is_complete
 
-    train = {"max_steps": 16, "save_steps": 4, "learning_rate": 1e-2, "resume_from_checkpoint": True}
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join((SHAPES / "text.jsonl").read_text().splitlines(keepends=True)[:6]))
+    train = {
+        "max_steps": 12,
+        "save_steps": 3,
+        "steps_per_generation": 2,
+        "learning_rate": 1e-2,
+        "resume_from_checkpoint": True,
+    }
     runs = {}
     for name in ("reference", "killed"):
         folder = tmp_path / name
         folder.mkdir()
         shutil.copy(REPO / "examples" / "grpo" / "toy_rewards.py", folder)
-        runs[name] = grpo_job(folder, text_lm, train=train)
-    run_grpo(read_job(runs["reference"]))  # the uninterrupted run, in this process
+        runs[name] = grpo_job(folder, text_lm, data=prompts, train=train, extra="[lora]\nr = 4\nalpha = 8\n")
+    reference = run_grpo(read_job(runs["reference"]))  # the uninterrupted run, in this process
+    assert reference.state.epoch == 2
 
     run = tmp_path / "killed" / "run"
     exe = Path(sys.executable).with_name("cosmos-train")
@@ -339,18 +371,18 @@ def test_sigkill_then_resume_gives_bit_equal_weights(tmp_path, text_lm):
         [exe, "grpo", "--config", runs["killed"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 600
-    while not is_complete(run / "checkpoint-4") and time.monotonic() < deadline:
+    while not is_complete(run / "checkpoint-9") and time.monotonic() < deadline:
         assert process.poll() is None, "training ended before it could be killed"
         time.sleep(0.005)
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
-    assert not (run / "model.safetensors").exists() and not is_complete(run / "checkpoint-16")
+    assert not (run / "adapter_model.safetensors").exists() and not is_complete(run / "checkpoint-12")
 
     resumed = cli("grpo", "--config", runs["killed"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr
-    reference = load_file(tmp_path / "reference" / "run" / "model.safetensors")
-    final = load_file(run / "model.safetensors")
+    reference = load_file(tmp_path / "reference" / "run" / "adapter_model.safetensors")
+    final = load_file(run / "adapter_model.safetensors")
     assert final.keys() == reference.keys()
     for name in reference:
         assert torch.equal(final[name], reference[name]), name

@@ -1,4 +1,4 @@
-"""GRPO prompt data (`cosmos_train.data.prompts.load_prompts`): plain and chat prompts, reference answers taken
+"""GRPO prompt data (`cosmos_train.data.chat_prompts.load_prompts`): plain and chat prompts, reference answers taken
 from SFT-style conversations, prompt images and videos, `datasets` data, and bad records as one precise line.
 
 Fast and offline: no model is loaded, and the `[data]` section is a stand-in with `PromptData`'s fields and
@@ -16,7 +16,7 @@ import pytest
 from sft_helpers import SHAPES
 
 from cosmos_train.data import DataError
-from cosmos_train.data.prompts import load_prompts
+from cosmos_train.data.chat_prompts import load_prompts
 
 CLIP = str(SHAPES / "clip.mp4")
 RED = str(SHAPES / "images" / "red_square.png")

@@ -421,9 +421,12 @@ def test_missing_reward_module_is_named():
         build_rewards([RewardSpec("no_such_reward_module_xyz:score", 1.0, {})])
 
 
-@pytest.mark.parametrize("attribute", ["nope", "not_callable"])
-def test_missing_reward_function_is_named(user_module, attribute):
-    with pytest.raises(RewardError, match=f"{user_module} has no function '{attribute}'"):
+@pytest.mark.parametrize(
+    ("attribute", "reason"),
+    [("nope", "{module} has no 'nope'"), ("not_callable", "is a \\w+, not a function")],
+)
+def test_missing_reward_function_is_named(user_module, attribute, reason):
+    with pytest.raises(RewardError, match=f"{user_module}:{attribute}: " + reason.format(module=user_module)):
         build_rewards([RewardSpec(f"{user_module}:{attribute}", 1.0, {})])
 
 

@@ -1,5 +1,5 @@
 """DiffusionNFT (`cosmos-train nft`): it raises a weight-free reward on tiny offline pipelines of two
-families, keeps its old policy (a second LoRA adapter, or a weight copy) apart from the EMA in checkpoints,
+families, keeps its old policy (a copy of the trained parameters) apart from the EMA in checkpoints,
 resumes bit-equal after SIGKILL, and refuses what it cannot do correctly."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from diffusion_helpers import model_section
 from safetensors.torch import load_file
 from sft_helpers import REPO, cli
 from typer.testing import CliRunner
@@ -21,10 +22,11 @@ from typer.testing import CliRunner
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.cli import app
 from cosmos_train.diffusion.adapter import adapter_class_for, pipeline_class_name
+from cosmos_train.diffusion.weights import ExponentialAverage, OldPolicy, old_policy_decay
 from cosmos_train.jobs import read_job
 from cosmos_train.tiny_pipelines import PIPELINES
-from cosmos_train.trainers.diffusion_common import EMA_FILE
-from cosmos_train.trainers.nft_trainer import OLD_POLICY_FILE, OldPolicy, old_policy_decay, run_nft
+
+EMA_FILE, OLD_POLICY_FILE = ExponentialAverage.filename, OldPolicy.filename
 
 PROMPTS = REPO / "examples" / "data" / "prompts" / "colors.txt"
 
@@ -54,7 +56,7 @@ def write_nft_job(
         "report_to": '"none"',
         "seed": 0,
     } | (train or {})
-    text = f'kind = "nft"\n[model]\nname_or_path = "{model}"\n'
+    text = 'kind = "nft"\n' + model_section(model)
     if lora:
         text += "[lora]\nr = 16\nalpha = 32\n"
     text += f'[data]\npath = "{PROMPTS}"\n[rewards]\nbrightness = 1.0\n'
@@ -73,7 +75,7 @@ def rewards(trainer) -> list[float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["sd3", "sana"])
 def test_nft_raises_brightness(tmp_path, tiny, family):
-    trainer = run_nft(read_job(write_nft_job(tmp_path, tiny(family))))
+    trainer = read_job(write_nft_job(tmp_path, tiny(family))).run()
     curve = rewards(trainer)
     assert len(curve) == 24
     spread = statistics.mean(
@@ -90,17 +92,20 @@ def test_old_policy_decay_types():
     assert [old_policy_decay(2, s) for s in (74, 75, 100, 1000)] == [0.0, 0.0, pytest.approx(0.1875), 0.999]
 
 
-def test_full_fine_tuning_old_policy_is_a_lagged_copy():
+def test_old_policy_is_a_lagged_copy_swapped_in_for_its_forwards():
     model = torch.nn.Linear(3, 2)
-    old = OldPolicy(model, lora=False, decay_type=1)
-    with old.active() as old_model:
-        assert old_model is not model and torch.equal(old_model.weight, model.weight)
-    before = old.copy.weight.detach().clone()
+    old = OldPolicy(model, decay_type=1)
+    before = model.weight.detach().clone()
     with torch.no_grad():
         model.weight.add_(1.0)
-    state = type("State", (), {"global_step": 100})()
-    old.on_step_end(None, state, None)  # d = 0.1: 10% old, 90% new
-    assert torch.allclose(old.copy.weight, 0.1 * before + 0.9 * model.weight)
+    trained = model.weight.detach().clone()
+    with old.swapped_in():  # the model computes with the old weights, without copying them
+        assert torch.equal(model.weight, before)
+    assert torch.equal(model.weight, trained)
+    old.optimization_step = 99
+    old.update()  # step 100: d = 0.1, 10% old, 90% new
+    with old.swapped_in():
+        assert torch.allclose(model.weight, 0.1 * before + 0.9 * trained)
 
 
 @pytest.mark.slow
@@ -133,17 +138,16 @@ def test_sigkill_then_resume_is_bit_equal_with_old_policy_and_ema(tmp_path, tiny
 
     checkpoint = run / "checkpoint-2"
     weights = load_file(checkpoint / "model.safetensors")
-    if lora:  # the old policy is the adapter named "old", beside the trained "default" one
-        assert any(".old." in key for key in weights) and any(".default." in key for key in weights)
-        assert not (checkpoint / OLD_POLICY_FILE).exists()
-    else:
-        assert (checkpoint / OLD_POLICY_FILE).is_file()
-    assert (checkpoint / EMA_FILE).is_file()
+    # The model's own weights in model.safetensors (no second adapter); the old policy and the EMA each in a file
+    # of their own, under the trained parameters' names.
+    old_policy, ema = load_file(checkpoint / OLD_POLICY_FILE), load_file(checkpoint / EMA_FILE)
+    assert old_policy.keys() == ema.keys() and set(old_policy) < set(weights)
+    assert all((".lora_" in key) == lora for key in old_policy) and not any(".old." in key for key in weights)
 
     resumed = cli("nft", "-c", job, env=ONE_THREAD)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr
-    names = ["model.safetensors", EMA_FILE] + ([] if lora else [OLD_POLICY_FILE])
+    names = ["model.safetensors", EMA_FILE, OLD_POLICY_FILE]
     for name in names:
         final, reference = load_file(run / name), load_file(reference_dir / "run" / name)
         assert final.keys() == reference.keys(), name
@@ -161,8 +165,8 @@ def test_guidance_is_refused(tmp_path, tiny):
     assert result.stderr.count("\n") == 1
 
 
-def test_gradient_accumulation_is_the_jobs(tmp_path):
-    job = write_nft_job(tmp_path, Path("model"), train={"gradient_accumulation_steps": 2})
+def test_gradient_accumulation_is_the_jobs(tmp_path, tiny):
+    job = write_nft_job(tmp_path, tiny("sd3"), train={"gradient_accumulation_steps": 2})
     result = CliRunner().invoke(app, ["validate-config", str(job)])
     assert result.exit_code == 2 and "[train] gradient_accumulation_steps is set by the job" in result.stderr
 
@@ -178,7 +182,7 @@ def test_every_family_samples_scores_and_trains(tmp_path, tiny, family):
     text = job.read_text().replace("samples_per_prompt = 4", "samples_per_prompt = 2")
     text = text.replace("sampling_steps = 4", "sampling_steps = 2" + ("\nnum_frames = 5" if video else ""))
     job.write_text(text.replace("per_device_train_batch_size = 4", "per_device_train_batch_size = 2"))
-    trainer = run_nft(read_job(job))
+    trainer = read_job(job).run()
     curve = rewards(trainer)
     assert len(curve) == 2 and all(0.0 <= value <= 1.0 for value in curve), curve
     assert (Path(trainer.args.output_dir) / "safetensors" / "step_2").is_dir()
@@ -195,7 +199,7 @@ def test_a_remote_reward_scores_as_the_local_one(tmp_path, tiny, monkeypatch):
     local_dir, remote_dir = tmp_path / "local", tmp_path / "remote"
     local_dir.mkdir()
     remote_dir.mkdir()
-    local = rewards(run_nft(read_job(write_nft_job(local_dir, model, train=train))))
+    local = rewards(read_job(write_nft_job(local_dir, model, train=train)).run())
     job = write_nft_job(remote_dir, model, train=train)
     job.write_text(job.read_text().replace("brightness = 1.0", '"remote:brightness" = 1.0'))
     hosted = {reward.name: reward for reward in build_media_rewards([RewardSpec("brightness", 1.0, {})])}
@@ -203,5 +207,5 @@ def test_a_remote_reward_scores_as_the_local_one(tmp_path, tiny, monkeypatch):
         monkeypatch.setenv("REMOTE_REWARD_ENQUEUE_URL", base + ENQUEUE_PATH)
         monkeypatch.setenv("REMOTE_REWARD_FETCH_URL", base + PULL_PATH)
         monkeypatch.setenv("REMOTE_REWARD_TOKEN", "nft-test-token")
-        remote = rewards(run_nft(read_job(job)))
+        remote = rewards(read_job(job).run())
     assert remote == pytest.approx(local, abs=1e-9) and len(remote) == 3

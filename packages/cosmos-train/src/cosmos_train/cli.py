@@ -1,4 +1,5 @@
-"""The `cosmos-train` command line: one subcommand per job, each mapped to a trainer."""
+"""The `cosmos-train` command line: one command per job kind (generated from the registry in `kinds.py`), and
+the tools around them: `run`, `validate-config`, `export`, `reward-serve`, `quickstart`, `make-tiny`."""
 
 from __future__ import annotations
 
@@ -7,14 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-app = typer.Typer(
-    name="cosmos-train",
-    help="Post-training for Cosmos3 and the models around it.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,
-)
 
 ConfigOption = Annotated[
     Path, typer.Option("--config", "-c", metavar="FILE.toml", help="Job file (TOML).", show_default=False)
@@ -33,7 +26,7 @@ def _fail(error: Exception | str, code: int = 2):
     raise typer.Exit(code)
 
 
-def _read_job(config: Path, overrides: list[str] | None, kind: str | None = None):
+def _read_job(config: Path, overrides: list[str] | None, kind=None):
     from .config import ConfigError
     from .jobs import read_job
 
@@ -43,15 +36,16 @@ def _read_job(config: Path, overrides: list[str] | None, kind: str | None = None
         _fail(error)
 
 
-def _train(run, job) -> None:
-    """Run a trainer on a read job: bad config or data exit 2, a diverged run exits 1."""
+def _train(job) -> None:
+    """Run a read job with its kind's run function: bad config or data exit 2, a diverged run or a failing
+    reward exits 1."""
     from .config import ConfigError
     from .data import DataError
     from .rewards import RemoteRewardError, RewardError
     from .trainers.common import NonFiniteLossError
 
     try:
-        run(job)
+        job.run()
     except (ConfigError, DataError) as error:
         _fail(error)
     except (NonFiniteLossError, RewardError, RemoteRewardError) as error:
@@ -59,7 +53,6 @@ def _train(run, job) -> None:
     typer.echo(f"trained model saved to {job.args.output_dir}")
 
 
-@app.callback()
 def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
     """Post-training for Cosmos3 and the models around it."""
     logging.basicConfig(
@@ -67,44 +60,105 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug l
     )
 
 
-@app.command()
-def sft(config: ConfigOption, set_: SetOption = None) -> None:
-    """Supervised fine-tuning (TRL SFTTrainer) of the Cosmos3 reasoner, a VLM or a text LM.
+def _training_command(kind):
+    """The command of one job kind: read a job of that kind, then train."""
+
+    def command(config: ConfigOption, set_: SetOption = None) -> None:
+        _train(_read_job(config, set_, kind))
+
+    command.__name__ = kind.name.replace("-", "_")
+    return command
+
+
+def run(config: ConfigOption, set_: SetOption = None) -> None:
+    """Run a job of the kind its file names (`kind = ...`), including kinds from other packages
+    (`kind = "package.module:KIND"`).
+
+    Example:
+
+      cosmos-train run -c my_algorithm_job.toml
+    """
+    _train(_read_job(config, set_))
+
+
+def validate_config(
+    config: Annotated[Path, typer.Argument(help="Job file (TOML).")],
+    set_: SetOption = None,
+    kind: Annotated[
+        str | None,
+        typer.Option(help="The job's kind, for a file without a `kind` key.", show_default=False),
+    ] = None,
+) -> None:
+    """Check a job file without training: sections, keys, value types and ranges, the trainer config, that its
+    model exists (a folder or hub id, without reading weights) and is of the right kind, that its reward
+    functions import, and its data (records, media files), as the trainer would read them.
+
+    The job's kind comes from its top-level `kind` key, or --kind.
+
+    Example:
+
+      cosmos-train validate-config examples/sft/tiny_qwen3_lora.toml
+    """
+    from .config import ConfigError
+    from .data import DataError
+
+    job = _read_job(config, set_, kind)
+    try:
+        job.config.check_data(job.source)
+    except (ConfigError, DataError) as error:
+        _fail(error)
+    typer.echo(f"{job.source}: ok ({job.kind.name} job)")
+
+
+def export(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint-N folder or a run's output_dir.")],
+    out: Annotated[Path, typer.Argument(help="Folder to write (must not exist unless --overwrite).")],
+    merge_lora: Annotated[bool, typer.Option(help="Merge a LoRA adapter into the full weights.")] = False,
+    ema: Annotated[
+        bool | None,
+        typer.Option(
+            "--ema/--no-ema",
+            help="Diffusion runs: export the EMA weights (default: when the checkpoint has them).",
+            show_default=False,
+        ),
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
+) -> None:
+    """Write a trained checkpoint as what its library loads, for every job kind: for LMs and VLMs a
+    save_pretrained folder (adapter or merged model) with its tokenizer/processor; for diffusion runs OUT/lora/
+    for pipe.load_lora_weights, or with --merge-lora (and for full fine-tunes) a whole pipeline for
+    DiffusionPipeline.from_pretrained. Each gets a model card.
 
     Examples:
 
-      cosmos-train sft --config examples/sft/tiny_qwen3_lora.toml
+      cosmos-train export runs/sft/checkpoint-200 exported/adapter
 
-      cosmos-train sft -c job.toml --set train.max_steps=100 --set lora.r=32
+      cosmos-train export runs/sft exported/full --merge-lora
 
-      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train sft -c job.toml
+      cosmos-train export runs/sd3-lora/checkpoint-500 exported/sd3 --merge-lora --no-ema
     """
-    from .trainers.sft_trainer import run_sft
+    from .config import ConfigError
+    from .jobs import run_record
+    from .kinds import kind_named
 
-    _train(run_sft, _read_job(config, set_, kind="sft"))
+    try:
+        if not checkpoint.is_dir():
+            raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
+        found = run_record(checkpoint)
+        if found is None:  # a checkpoint without its run: exported as a transformers / PEFT folder
+            from .export import export_run as exporter
 
-
-@app.command()
-def grpo(config: ConfigOption, set_: SetOption = None) -> None:
-    """GRPO (TRL GRPOTrainer) of the Cosmos3 reasoner, a VLM or a text LM, on prompts with images or
-    video, with built-in, Python or remote rewards.
-
-    Variants come from TRL's options in [train]: loss_type = "grpo" | "dr_grpo" | "dapo" | ...,
-    importance_sampling_level = "sequence" (GSPO), epsilon_high (clip-higher), beta (KL). [rollout]
-    dynamic_sampling adds DAPO's group filter. Remote rewards read REMOTE_REWARD_ENQUEUE_URL,
-    REMOTE_REWARD_FETCH_URL and REMOTE_REWARD_TOKEN.
-
-    Examples:
-
-      cosmos-train grpo --config examples/grpo/tiny_qwen3.toml
-
-      cosmos-train grpo -c job.toml --set train.num_generations=16 --set rollout.dynamic_sampling=true
-
-      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train grpo -c job.toml
-    """
-    from .trainers.grpo_trainer import run_grpo
-
-    _train(run_grpo, _read_job(config, set_, kind="grpo"))
+            kind, record = None, None
+        else:
+            record_file, record = found
+            entry = kind_named(str(record.get("kind")), str(record_file), record_file.parent)
+            exporter, kind = entry.exporter(), entry.name
+        written = exporter(
+            checkpoint, out, kind=kind, record=record, merge_lora=merge_lora, ema=ema, overwrite=overwrite
+        )
+    except (FileNotFoundError, FileExistsError, ValueError, ConfigError) as error:
+        _fail(error)
+    typer.echo(f"exported to {written}")
 
 
 # --- reward-serve -------------------------------------------------------------------------------------------
@@ -112,7 +166,6 @@ def grpo(config: ConfigOption, set_: SetOption = None) -> None:
 _DEFAULT_SERVED = "jpeg_compressibility,jpeg_incompressibility,brightness,color_target"
 
 
-@app.command("reward-serve")
 def reward_serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
@@ -200,163 +253,27 @@ def reward_serve(
 
 
 def _served_reward_specs(path: Path):
-    import tomllib
+    """The rewards of a `[rewards]` table file, each with its parameters (weights do not apply to a service)."""
+    from pydantic import TypeAdapter, ValidationError
 
-    from .rewards import RewardSpec
+    from .config import ConfigError, read_toml
+    from .errors import first_line
+    from .rewards import RewardSpec, RewardTable, reward_specs
 
     try:
-        table = tomllib.loads(path.read_text()).get("rewards")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        _fail(f"{path}: {error}")
+        table = read_toml(path).get("rewards")
+    except ConfigError as error:
+        _fail(error)
     if not isinstance(table, dict) or not table:
         _fail(f"{path}: needs a [rewards] table of name = {{ parameter = value, ... }}")
-    specs = []
-    for name, entry in table.items():
-        if not isinstance(entry, dict | int | float):
-            _fail(f"{path}: [rewards] {name} must be a table of parameters (or a weight)")
-        parameters = {k: v for k, v in entry.items() if k != "weight"} if isinstance(entry, dict) else {}
-        specs.append(RewardSpec(name, 1.0, parameters))
-    return specs
-
-
-@app.command("diffusion-sft")
-def diffusion_sft(config: ConfigOption, set_: SetOption = None) -> None:
-    """Flow-matching SFT of a diffusers pipeline's transformer (SD3, SANA, SANA-Video,
-    Cosmos-Predict2.5, Cosmos3) on image or video + caption pairs, with LoRA or full fine-tuning.
-
-    The pipeline's class picks the model adapter. [train] takes transformers TrainingArguments
-    names; [diffusion] sets the timestep density, loss weighting, EMA, text dropout and validation.
-    Exports land in output_dir/safetensors/step_N/: a full pipeline for
-    DiffusionPipeline.from_pretrained, or lora/ for pipe.load_lora_weights.
-
-    Examples:
-
-      cosmos-train diffusion-sft --config examples/diffusion_sft/tiny_sd3_lora.toml
-
-      cosmos-train diffusion-sft -c job.toml --set diffusion.ema_decay=0.999
-
-      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train diffusion-sft -c job.toml
-    """
-    from .trainers.diffusion_sft_trainer import run_diffusion_sft
-
-    _train(run_diffusion_sft, _read_job(config, set_, kind="diffusion-sft"))
-
-
-@app.command()
-def nft(config: ConfigOption, set_: SetOption = None) -> None:
-    """DiffusionNFT: online RL of a diffusers pipeline's transformer through the forward process. A lagged
-    old policy samples K images/videos per prompt (no CFG), rewards rank them, and the model learns from
-    implicit positive and negative policies on re-noised samples. [rewards] maps image/video rewards
-    (built-ins, module:function or remote:<name>) to weights.
-
-    Examples:
-
-      cosmos-train nft --config examples/diffusion_rl/tiny_sd3_nft.toml
-
-      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train nft -c job.toml
-    """
-    from .trainers.nft_trainer import run_nft
-
-    _train(run_nft, _read_job(config, set_, kind="nft"))
-
-
-@app.command("flow-grpo")
-def flow_grpo(config: ConfigOption, set_: SetOption = None) -> None:
-    """FlowGRPO: online RL of a diffusers pipeline's transformer over the steps of an SDE sampler. The
-    current policy samples K images/videos per prompt (CFG as [rollout] guidance_scale), storing each step's
-    log-prob; rewards rank them, and the model trains GRPO's clipped ratio objective on a subset of the steps,
-    plus a KL to the frozen base. [rewards] maps image/video rewards (built-ins, module:function or
-    remote:<name>) to weights.
-
-    Examples:
-
-      cosmos-train flow-grpo --config examples/diffusion_rl/tiny_sana_flow_grpo.toml
-
-      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train flow-grpo -c job.toml
-    """
-    from .trainers.flow_grpo_trainer import run_flow_grpo
-
-    _train(run_flow_grpo, _read_job(config, set_, kind="flow-grpo"))
-
-
-@app.command()
-def ddrl(config: ConfigOption, set_: SetOption = None) -> None:
-    """DDRL: FlowGRPO's rollouts and clipped-ratio reward term, with the KL to a reference replaced by
-    [ddrl] data_beta times the flow-matching loss on [real_data] (pairs, or the Cosmos-Predict2.5 videos/ +
-    metas/ layout); for video families the data term mixes t2v and i2v by the number of conditional frames.
-
-    Examples:
-
-      cosmos-train ddrl --config examples/diffusion_rl/tiny_sana_ddrl.toml
-
-      accelerate launch --multi_gpu --num_processes 8 -m cosmos_train ddrl -c job.toml
-    """
-    from .trainers.ddrl_trainer import run_ddrl
-
-    _train(run_ddrl, _read_job(config, set_, kind="ddrl"))
-
-
-@app.command("validate-config")
-def validate_config(
-    config: Annotated[Path, typer.Argument(help="Job file (TOML).")], set_: SetOption = None
-) -> None:
-    """Check a job file of any kind without training: sections, keys, value types and ranges, the
-    trainer config, and that local files exist.
-
-    The top-level `kind` key names the trainer (`sft` when absent).
-
-    Example:
-
-      cosmos-train validate-config examples/sft/tiny_qwen3_lora.toml
-    """
-    job = _read_job(config, set_)
-    typer.echo(f"{job.source}: ok ({job.kind} job)")
-
-
-@app.command()
-def export(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint-N folder or a run's output_dir.")],
-    out: Annotated[Path, typer.Argument(help="Folder to write (must not exist unless --overwrite).")],
-    merge_lora: Annotated[bool, typer.Option(help="Merge a LoRA adapter into the full weights.")] = False,
-    ema: Annotated[
-        bool | None,
-        typer.Option(
-            "--ema/--no-ema",
-            help="Diffusion runs: export the EMA weights (default: when the checkpoint has them).",
-            show_default=False,
-        ),
-    ] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
-) -> None:
-    """Write a trained checkpoint as what its library loads: for LMs and VLMs a save_pretrained folder
-    (adapter or merged model) with its tokenizer/processor; for diffusion runs OUT/lora/ for
-    pipe.load_lora_weights, or with --merge-lora (and for full fine-tunes) a whole pipeline for
-    DiffusionPipeline.from_pretrained. Each gets a model card.
-
-    Examples:
-
-      cosmos-train export runs/sft/checkpoint-200 exported/adapter
-
-      cosmos-train export runs/sft exported/full --merge-lora
-
-      cosmos-train export runs/sd3-lora/checkpoint-500 exported/sd3 --merge-lora --no-ema
-    """
-    from .diffusion.export import export_diffusion, is_diffusion_run
-    from .export import export as export_checkpoint
-
     try:
-        if is_diffusion_run(checkpoint):
-            written = export_diffusion(checkpoint, out, merge_lora=merge_lora, ema=ema, overwrite=overwrite)
-        elif ema is not None:
-            _fail(f"{checkpoint}: --ema/--no-ema applies to diffusion runs only")
-        else:
-            written = export_checkpoint(checkpoint, out, merge_lora=merge_lora, overwrite=overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as error:
-        _fail(error)
-    typer.echo(f"exported to {written}")
+        specs = reward_specs(TypeAdapter(RewardTable).validate_python(table))
+    except ValidationError as error:
+        where = ".".join(str(part) for part in error.errors()[0]["loc"][:1])
+        _fail(f"{path}: [rewards] {where}: must be a table of parameters (or a weight) ({first_line(error)})")
+    return [RewardSpec(spec.name, 1.0, spec.parameters) for spec in specs]
 
 
-@app.command()
 def quickstart(
     output_dir: Annotated[
         Path, typer.Option(help="Where to write checkpoints and outputs (replaced on each run).")
@@ -369,28 +286,18 @@ def quickstart(
 
       cosmos-train quickstart --output-dir /tmp/qs
     """
-    from .quickstart import run
+    from .quickstart import OutputDirError, run
 
     try:
         run(output_dir, log=typer.echo)
-    except FileExistsError as error:
+    except OutputDirError as error:
         _fail(error)
 
 
-@app.command("make-tiny")
 def make_tiny(
-    kind: Annotated[
-        str, typer.Argument(help="qwen3 | qwen3_vl | qwen2_5_vl | cosmos3 | cosmos3_edge", show_default=False)
-    ],
+    kind: Annotated[str, typer.Argument(help="One of the kinds listed above.", show_default=False)],
     out: Annotated[Path, typer.Argument(help="Folder to write (must not exist).", show_default=False)],
 ) -> None:
-    """Save a tiny random model with its tokenizer/processor, built offline, for smoke-testing a job
-    (the `examples/sft/tiny_*.toml` recipes) before pointing it at a real checkpoint.
-
-    Example:
-
-      cosmos-train make-tiny qwen3 examples/sft/tiny-models/qwen3
-    """
     from .testing import KINDS, save_tiny_model
 
     if kind not in KINDS:
@@ -398,6 +305,43 @@ def make_tiny(
     if out.exists():
         _fail(f"{out} already exists")
     typer.echo(f"wrote a tiny {KINDS[kind]} to {save_tiny_model(kind, out)}")
+
+
+def _make_tiny_help() -> str:
+    from .testing import KINDS
+
+    listing = "\n".join(f"  {kind:<18} {description}" for kind, description in KINDS.items())
+    return (
+        "Save a tiny random model or diffusers pipeline, built offline, for smoke-testing a job (the tiny_* "
+        "recipes under examples/) before pointing it at a real checkpoint.\n\nKinds:\n\n\b\n"
+        f"{listing}\n\nExample:\n\n  cosmos-train make-tiny qwen3 examples/sft/tiny-models/qwen3"
+    )
+
+
+def build_app() -> typer.Typer:
+    """The CLI: a command per registered job kind (`kinds.job_kinds()`), then the tools."""
+    from .kinds import job_kinds
+
+    app = typer.Typer(
+        name="cosmos-train",
+        help="Post-training for Cosmos3 and the models around it.",
+        no_args_is_help=True,
+        add_completion=False,
+        rich_markup_mode=None,
+    )
+    app.callback()(_root)
+    for kind in job_kinds().values():
+        app.command(kind.name, help=kind.help, short_help=kind.summary)(_training_command(kind))
+    app.command("run")(run)
+    app.command("validate-config")(validate_config)
+    app.command("export")(export)
+    app.command("reward-serve")(reward_serve)
+    app.command("quickstart")(quickstart)
+    app.command("make-tiny", help=_make_tiny_help())(make_tiny)
+    return app
+
+
+app = build_app()
 
 
 def main() -> None:

@@ -1,11 +1,10 @@
 """Strict TOML job files, shared by every trainer: reading, `--set` overrides, paths, one-line errors.
 
-A job file names its trainer with a top-level `kind` key (`sft` when absent, so older files stay
-valid). Each trainer declares its schema beside its TRL config, in `trainers/<kind>_config.py`, as a
-subclass of `JobSchema` registered in `JOB_KINDS`. The sections shared by several trainers
-(`[model]`, `[lora]`, `[launch]`) live here, and so does `trainer_section`, which turns a TRL or
-transformers config dataclass into a strict `[train]` section: its field names verbatim, each value
-checked against the field's annotation and a sensible range.
+Each trainer declares its schema beside its TRL config, in `trainers/<kind>_config.py`, as a subclass of
+`JobSchema`; the registry of job kinds (`kinds.py`) names them. The sections shared by several trainers
+(`[model]`, `[lora]`, `[launch]`, the data sections) live here, and so does `trainer_section`, which turns a TRL
+or transformers config dataclass into a strict `[train]` section: its field names verbatim, each value checked
+against the field's annotation and a sensible range.
 
 Every mistake becomes a `ConfigError` whose message is one line naming the file, section and key,
 with a "did you mean" for near misses. Path fields carry a `JobPath` marker: a relative value is
@@ -17,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
-import importlib
 import logging
 import re
 import tomllib
@@ -38,18 +36,9 @@ from pydantic import (
     model_validator,
 )
 
-logger = logging.getLogger(__name__)
+from .errors import first_line
 
-# kind -> "module:JobSchema subclass"; imported on demand, since a trainer's schema imports TRL.
-JOB_KINDS = {
-    "sft": "cosmos_train.trainers.sft_config:SFTJob",
-    "grpo": "cosmos_train.trainers.grpo_config:GRPOJob",
-    "diffusion-sft": "cosmos_train.trainers.diffusion_config:DiffusionSFTJob",
-    "nft": "cosmos_train.trainers.nft_config:NFTJob",
-    "flow-grpo": "cosmos_train.trainers.flow_grpo_config:FlowGRPOJob",
-    "ddrl": "cosmos_train.trainers.ddrl_config:DDRLJob",
-}
-DEFAULT_KIND = "sft"
+logger = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -96,6 +85,54 @@ class ModelSection(Section):
             except re.error as error:
                 raise ValueError(f"{pattern!r} is not a valid regex ({error})") from None
         return patterns
+
+    def check_source(self, key: str, base: Path | None = None) -> None:
+        """The model exists as a transformers model (its `config.json`, not its weights)."""
+        from .model_sources import model_file
+
+        model_file(self.name_or_path, "config.json", f"{key} name_or_path", "a transformers model", base)
+
+
+class PipelineSection(Section):
+    """`[model]`: the diffusers pipeline whose transformer is trained."""
+
+    name_or_path: Annotated[str, JobPath(hub_id=True)] = Field(
+        description="A diffusers pipeline: hub id or local folder with model_index.json."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="Weights of the frozen parts (VAE, text encoders); the transformer trains in float32.",
+    )
+    adapter: str | None = Field(
+        None,
+        description="The model family's adapter as 'package.module:Class' (default: the one for the pipeline's "
+        "class).",
+    )
+    trust_remote_code: bool = Field(
+        False, description="Load components whose code ships in the pipeline's folders (diffusers' option)."
+    )
+
+    def check_source(self, key: str, base: Path | None = None) -> None:
+        """The model exists as a diffusers pipeline that an adapter supports (its `model_index.json` only)."""
+        self.adapter_class(key, base)
+
+    def adapter_class(self, key: str = "[model]", base: Path | None = None) -> type:
+        """The adapter class for this pipeline, from its `model_index.json` (no weights are read)."""
+        from .diffusion.adapter import adapter_class_for
+        from .model_sources import SourceError, custom_code_files, model_file, read_json
+
+        where = f"{key} name_or_path"
+        index_file = model_file(self.name_or_path, "model_index.json", where, "a diffusers pipeline", base)
+        index = read_json(index_file, where)
+        if "_class_name" not in index:
+            raise SourceError(f"{where}: {index_file} names no pipeline class (_class_name)")
+        custom = custom_code_files(index_file.parent, index)
+        if custom and not self.trust_remote_code:
+            raise SourceError(
+                f"{where} {self.name_or_path} ships code of its own ({', '.join(custom)}): "
+                f"set {key} trust_remote_code = true if you trust it"
+            )
+        return adapter_class_for(index["_class_name"], self.adapter)
 
 
 class LoraSection(Section):
@@ -175,7 +212,7 @@ class PairData(Section):
 
 
 class PromptListData(Section):
-    """`[data]` for diffusion RL: a prompt list (`cosmos_train.data.diffusion_prompts`).
+    """`[data]` for diffusion RL: a prompt list (`cosmos_train.data.prompt_lists`).
 
     `path` alone is enough: `.txt` is one prompt per line, `*_metadata.jsonl` is GenEval, another `.jsonl` holds
     `{"prompt", ...metadata}` records; a folder is resolved by `split` (`train.txt`, `train_metadata.jsonl`, ...).
@@ -191,7 +228,7 @@ class PromptListData(Section):
 
     @model_validator(mode="after")
     def _source_resolves(self):
-        from cosmos_train.data.diffusion_prompts import DataError, resolve_prompt_source
+        from cosmos_train.data.prompt_lists import DataError, resolve_prompt_source
 
         try:
             resolve_prompt_source(self.path, self.format, self.split)
@@ -208,22 +245,44 @@ class JobSchema(Section):
     """The top level of a job file. Trainers subclass it with their sections."""
 
     # Each trainer adds its sections, ending with `train`: its config dataclass (`trainer_section`).
-    kind: str = DEFAULT_KIND
+    kind: str | None = Field(
+        None,
+        description="The trainer that runs the job (its command's name); needed only by validate-config.",
+    )
     launch: LaunchSection = LaunchSection()
 
     def training_arguments(self, source: str) -> Any:
         """The trainer's TRL / transformers config for this job (raises `ConfigError`)."""
         raise NotImplementedError
 
+    def check_sources(self, source: str, base: Path) -> None:
+        """What the job names outside its file, checked before anything loads (every command does): each
+        section's model (`check_source`: its folder or hub id, never its weights) and the `module:function`
+        rewards, which must import (from `sys.path` or `base`, the job file's folder)."""
+        from .model_sources import SourceError
+        from .references import ReferenceError, is_reference, load_reference
 
-def schema_for(kind: str, source: str) -> type[JobSchema]:
-    if kind not in JOB_KINDS:
-        raise ConfigError(
-            f"{source}: kind '{kind}' is not a job kind; expected one of "
-            f"{', '.join(JOB_KINDS)}{_suggest(kind, list(JOB_KINDS))}"
-        )
-    module, name = JOB_KINDS[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+        try:
+            for name in type(self).model_fields:
+                check = getattr(getattr(self, name), "check_source", None)
+                if callable(check):
+                    check(f"[{name}]", base)
+        except (SourceError, ConfigError) as error:
+            raise ConfigError(f"{source}: {error}") from None
+        for reward in getattr(self, "rewards", None) or {}:
+            if not reward.startswith("remote:") and is_reference(reward):
+                try:
+                    function = load_reference(reward, base)
+                except ReferenceError as error:
+                    raise ConfigError(f"{source}: [rewards] {reward}: {error}") from None
+                if not callable(function):
+                    raise ConfigError(
+                        f"{source}: [rewards] {reward} is a {type(function).__name__}, not a function"
+                    )
+
+    def check_data(self, source: str) -> None:
+        """Read and validate the job's data as its trainer will (records, media files), loading no model:
+        `validate-config` runs it. Raises a one-line `DataError` or `ConfigError`."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -242,8 +301,9 @@ def _steps_or_unset(value: int) -> int:
 
 # Ranges for TrainingArguments fields (and those TRL configs add) that their annotations cannot say.
 TRAINING_RANGES: dict[str, Any] = {
-    "learning_rate": _NON_NEGATIVE,
-    "weight_decay": _NON_NEGATIVE,
+    # Above 1 is never meant (learning-rate-free optimizers such as Prodigy use 1.0).
+    "learning_rate": Field(ge=0, le=1),
+    "weight_decay": Field(ge=0, le=1),
     "max_grad_norm": _NON_NEGATIVE,
     "adam_beta1": Field(ge=0, lt=1),
     "adam_beta2": Field(ge=0, lt=1),
@@ -366,8 +426,7 @@ def build_training_arguments(
             warnings.simplefilter("always")
             arguments = config_class(**{**(defaults or {}), **given, **(forced or {})})
     except (TypeError, ValueError) as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"{source}: [train] {message}") from None
+        raise ConfigError(f"{source}: [train] {first_line(error)}") from None
     # Deprecations of the dataclass's own defaults are not the user's business; those of their keys are.
     for warning in caught:
         if any(f"`{key}`" in str(warning.message) for key in given):
@@ -466,9 +525,10 @@ def validate_job(data: dict[str, Any], schema: type[JobSchema], source: str) -> 
         raise _one_line(error, schema, source) from None
 
 
-def job_kind(data: dict[str, Any], source: str) -> str:
-    kind = data.get("kind", DEFAULT_KIND)
-    if not isinstance(kind, str):
+def job_kind(data: dict[str, Any], source: str) -> str | None:
+    """The job file's `kind` (None when it has none)."""
+    kind = data.get("kind")
+    if kind is not None and not isinstance(kind, str):
         raise ConfigError(f"{source}: kind must be a string naming the trainer (got {kind!r})")
     return kind
 
@@ -477,7 +537,8 @@ def job_kind(data: dict[str, Any], source: str) -> str:
 # One-line errors
 
 
-def _suggest(key: str, known: list[str]) -> str:
+def suggest(key: str, known: list[str]) -> str:
+    """A ' (did you mean ...?)' for the nearest known name, or ''."""
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     close = close or [k for k in known if key.startswith(k) or k.startswith(key)][:1]  # rank -> r
     return f" (did you mean '{close[0]}'?)" if close else ""
@@ -498,9 +559,11 @@ def _one_line(error: ValidationError, schema: type[JobSchema], source: str) -> C
     got = f" (got {first['input']!r})" if "input" in first and kind not in ("missing", "value_error") else ""
     message = first["msg"].removeprefix("Value error, ")
 
+    if not loc:  # a check across sections (a job-level validator): its message names them
+        return ConfigError(f"{source}: {message}")
     if len(loc) == 1 and section not in schema.model_fields:
         return ConfigError(
-            f"{source}: unknown section [{section}]{_suggest(section, list(schema.model_fields))}"
+            f"{source}: unknown section [{section}]{suggest(section, list(schema.model_fields))}"
         )
     field = schema.model_fields.get(section)
     if model is None and field is not None and typing.get_origin(field.annotation) is dict:
@@ -519,7 +582,7 @@ def _one_line(error: ValidationError, schema: type[JobSchema], source: str) -> C
         return ConfigError(f"{source}: [{section}] must be a table of keys{got}")
     if kind == "extra_forbidden" and len(loc) == 2 and model is not None:
         return ConfigError(
-            f"{source}: [{section}] unknown key '{key}'{_suggest(key, list(model.model_fields))}"
+            f"{source}: [{section}] unknown key '{key}'{suggest(key, list(model.model_fields))}"
         )
     if kind == "missing":
         return ConfigError(f"{source}: [{section}] missing key '{key}'")
@@ -528,5 +591,5 @@ def _one_line(error: ValidationError, schema: type[JobSchema], source: str) -> C
         if len(allowed) > 8:  # optimizers, schedulers, ...: a short line, with the nearest names
             message = f"expected one of {len(allowed)} names ({', '.join(allowed[:4])}, ...)"
         if isinstance(first["input"], str):
-            got += _suggest(first["input"], allowed)
+            got += suggest(first["input"], allowed)
     return ConfigError(f"{source}: [{section}] {key}: {message}{got}")

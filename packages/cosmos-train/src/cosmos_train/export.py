@@ -1,4 +1,5 @@
-"""`cosmos-train export`: a trained checkpoint as a `save_pretrained` folder with a model card.
+"""`cosmos-train export` of a language-model run (SFT, GRPO): a checkpoint as a `save_pretrained` folder with a
+model card. Diffusion runs export through `cosmos_train.diffusion.export`; `kinds.py` says which a run's kind uses.
 
 A LoRA checkpoint is exported as the adapter, or with `merge_lora` as the merged full model. The
 tokenizer/processor travels along, and the folder appears atomically.
@@ -10,6 +11,7 @@ import json
 from pathlib import Path
 
 from .config import ModelSection
+from .jobs import JOB_RECORD
 
 # The safetensors names PEFT and transformers save under (their SAFETENSORS_WEIGHTS_NAME,
 # SAFE_WEIGHTS_NAME and SAFE_WEIGHTS_INDEX_NAME), spelled out so a refusal needs neither library.
@@ -45,10 +47,25 @@ def _usage(kind: str, out: Path, base: str) -> str:
 
 def _job_text(checkpoint: Path) -> str:
     for folder in (checkpoint, checkpoint.parent):
-        job = folder / "cosmos_train_job.toml"
+        job = folder / JOB_RECORD
         if job.is_file():
             return f"\n## Training job\n\n```toml\n{job.read_text()}```\n"
     return ""
+
+
+def export_run(
+    checkpoint: Path,
+    out: Path,
+    kind: str | None = None,
+    record: dict | None = None,
+    merge_lora: bool = False,
+    ema: bool | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """The exporter of the language kinds (`kinds.EXPORTERS`): `export`, which needs no job record."""
+    if ema is not None:
+        raise ValueError(f"{checkpoint}: --ema/--no-ema applies to diffusion runs only")
+    return export(checkpoint, out, merge_lora=merge_lora, overwrite=overwrite)
 
 
 def export(

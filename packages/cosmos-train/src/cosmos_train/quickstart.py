@@ -93,15 +93,21 @@ DIFFUSION_CALL = {
 }
 
 
+class OutputDirError(OSError):
+    """The output folder cannot be used; the message is one line."""
+
+
 def _prepare(output_dir: Path) -> None:
-    if output_dir.exists():
-        if not (output_dir / MARKER).exists():
-            raise FileExistsError(
-                f"{output_dir} exists and was not made by quickstart; pick another --output-dir"
-            )
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True)
-    (output_dir / MARKER).write_text("made by cosmos-train quickstart; safe to delete\n")
+    if output_dir.exists() and not (output_dir / MARKER).exists():
+        raise OutputDirError(f"{output_dir} exists and was not made by quickstart; pick another --output-dir")
+    try:
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        output_dir.mkdir(parents=True)
+        (output_dir / MARKER).write_text("made by cosmos-train quickstart; safe to delete\n")
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise OutputDirError(f"cannot write {output_dir} ({reason}); pick another --output-dir") from None
 
 
 def run(output_dir: Path, log: Callable[[str], None] = print) -> dict[str, str]:
@@ -173,7 +179,7 @@ def run(output_dir: Path, log: Callable[[str], None] = print) -> dict[str, str]:
             job=job_path, model=layouts["framework"], data=shapes_dir(), output=output_dir / "sft-run"
         )
     )
-    job = read_job(job_path)
+    job = read_job(job_path, kind="sft")
     trainer = run_sft(job)
     history = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     step(

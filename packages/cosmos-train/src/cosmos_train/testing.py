@@ -12,30 +12,51 @@ their tokenizer, chat template and ViT sizes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import torch
+# What `save_tiny_model` builds: {kind: description}. Kept free of heavy imports: `make-tiny --help` lists it.
+KINDS = {
+    "qwen3": "Qwen3 text LM with its tokenizer",
+    "qwen3_vl": "Qwen3-VL with its processor",
+    "qwen2_5_vl": "Qwen2.5-VL with its processor",
+    "cosmos3": "Cosmos3 reasoner (transformers layout) with its processor",
+    "cosmos3_edge": "Cosmos3 Edge reasoner (transformers layout) with its processor",
+    "sd3": "StableDiffusion3Pipeline (MMDiT, CLIP x2 + T5, 2x VAE), 32x32 images",
+    "cosmos3_pipeline": "Cosmos3OmniPipeline (reasoner + generator MoT, Wan2.2 VAE), 9 frames of 32x32",
+    "sana": "SanaPipeline (linear DiT, Gemma2, 4x DC-AE), 32x32 images",
+    "sana_video": "SanaVideoPipeline (video DiT, Gemma2, Wan VAE), 9 frames of 32x32",
+    "cosmos_predict2_5": "Cosmos2_5_PredictBasePipeline (Cosmos DiT, Qwen2.5-VL, Wan VAE), 9 frames of 32x32",
+}
+# Diffusers pipelines for the diffusion trainers: kind -> `cosmos_train.tiny_pipelines` family (a family named like
+# a model kind above gets a `_pipeline` suffix).
+PIPELINE_KINDS = {
+    "sd3": "sd3",
+    "cosmos3_pipeline": "cosmos3",
+    "sana": "sana",
+    "sana_video": "sana_video",
+    "cosmos_predict2_5": "cosmos_predict2_5",
+}
 
-from cosmos_train.tiny_pipelines import PIPELINES, save_tiny_pipeline
-from transformers_cosmos3.testing import (
-    CHAT_TEMPLATE,
-    ROPE_THETA,
-    TINY,
-    Sizes,
-    build_processor,
-    build_tokenizer,
-    randomize_weights,
-    save_tiny_cosmos3_reasoner,
-    text_config,
-    vision_config,
-)
-
-__all__ = ["KINDS", "save_tiny_cosmos3_reasoner", "save_tiny_model", "save_tiny_text_lm", "save_tiny_vlm"]
+__all__ = ["KINDS", "PIPELINE_KINDS", "save_tiny_model", "save_tiny_text_lm", "save_tiny_vlm"]
 
 
-def save_tiny_text_lm(path: str | Path, seed: int = 0, sizes: Sizes = TINY) -> Path:
+def __getattr__(name: str) -> Any:
+    # The shims' builders, re-exported without importing torch for `KINDS`.
+    if name in ("save_tiny_cosmos3_reasoner", "Sizes", "TINY"):
+        from transformers_cosmos3 import testing
+
+        return getattr(testing, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def save_tiny_text_lm(path: str | Path, seed: int = 0, sizes=None) -> Path:
     """A tiny Qwen3 causal LM with the tiny tokenizer, saved with `save_pretrained`."""
+    import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    from transformers_cosmos3.testing import TINY, build_tokenizer, randomize_weights, text_config
+
+    sizes = sizes or TINY
     tokenizer = build_tokenizer()
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(Qwen3Config(**text_config(tokenizer, sizes)))
@@ -45,11 +66,22 @@ def save_tiny_text_lm(path: str | Path, seed: int = 0, sizes: Sizes = TINY) -> P
     return Path(path)
 
 
-def save_tiny_vlm(path: str | Path, family: str = "qwen3_vl", seed: int = 0, sizes: Sizes = TINY) -> Path:
+def save_tiny_vlm(path: str | Path, family: str = "qwen3_vl", seed: int = 0, sizes=None) -> Path:
     """A tiny Qwen3-VL or Qwen2.5-VL with its processor, saved with `save_pretrained`; `sizes` sets the
     text tower (benchmarks use bigger ones)."""
+    import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
+    from transformers_cosmos3.testing import (
+        ROPE_THETA,
+        TINY,
+        build_tokenizer,
+        randomize_weights,
+        text_config,
+        vision_config,
+    )
+
+    sizes = sizes or TINY
     tokenizer = build_tokenizer()
     ids = tokenizer.convert_tokens_to_ids
     text = text_config(tokenizer, sizes, mrope=family == "qwen3_vl")
@@ -97,6 +129,8 @@ def save_tiny_vlm(path: str | Path, family: str = "qwen3_vl", seed: int = 0, siz
 
 
 def _vlm_processor(tokenizer, family: str):
+    from transformers_cosmos3.testing import CHAT_TEMPLATE, build_processor
+
     if family == "qwen3_vl":
         return build_processor(tokenizer)
     from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
@@ -111,30 +145,22 @@ def _vlm_processor(tokenizer, family: str):
     )
 
 
-# What `save_tiny_model` builds: {kind: description}.
-KINDS = {
-    "qwen3": "Qwen3 text LM with its tokenizer",
-    "qwen3_vl": "Qwen3-VL with its processor",
-    "qwen2_5_vl": "Qwen2.5-VL with its processor",
-    "cosmos3": "Cosmos3 reasoner (transformers layout) with its processor",
-    "cosmos3_edge": "Cosmos3 Edge reasoner (transformers layout) with its processor",
-}
-# Diffusers pipelines for the diffusion trainers (`cosmos_train.tiny_pipelines`); a family named like a
-# model kind above gets a `_pipeline` suffix (`cosmos3_pipeline`).
-PIPELINE_KINDS = {(f"{f}_pipeline" if f in KINDS else f): f for f in PIPELINES}
-KINDS |= {kind: PIPELINES[family][0] for kind, family in PIPELINE_KINDS.items()}
-
-
 def save_tiny_model(kind: str, path: str | Path) -> Path:
     """Save a tiny random model of `kind` (one of `KINDS`) to `path`; returns the folder."""
     if kind == "qwen3":
         return save_tiny_text_lm(path)
     if kind in ("qwen3_vl", "qwen2_5_vl"):
         return save_tiny_vlm(path, family=kind)
-    if kind == "cosmos3":
-        return save_tiny_cosmos3_reasoner(path)
-    if kind == "cosmos3_edge":
-        return save_tiny_cosmos3_reasoner(path, family="cosmos3_edge")
+    if kind in ("cosmos3", "cosmos3_edge"):
+        from transformers_cosmos3.testing import save_tiny_cosmos3_reasoner
+
+        return (
+            save_tiny_cosmos3_reasoner(path)
+            if kind == "cosmos3"
+            else save_tiny_cosmos3_reasoner(path, family=kind)
+        )
     if kind in PIPELINE_KINDS:
+        from cosmos_train.tiny_pipelines import save_tiny_pipeline
+
         return save_tiny_pipeline(PIPELINE_KINDS[kind], path)
     raise ValueError(f"unknown tiny model kind {kind!r}; expected one of: {', '.join(KINDS)}")

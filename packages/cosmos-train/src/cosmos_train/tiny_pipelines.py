@@ -133,27 +133,41 @@ def build_cosmos3(seed: int = 0):
     return build_pipeline(seed=seed)
 
 
-# {family: (description, builder)}. Adapters' tests and `make-tiny` iterate over it.
-PIPELINES: dict[str, tuple[str, Callable]] = {
-    "sd3": ("StableDiffusion3Pipeline (MMDiT, CLIP x2 + T5, 2x VAE), 32x32 images", build_sd3),
-    "cosmos3": (
-        "Cosmos3OmniPipeline (reasoner + generator MoT, Wan2.2 VAE), 9 frames of 32x32",
-        build_cosmos3,
-    ),
-}
+# {family: builder}. Adapters' tests iterate over it; `cosmos_train.testing.KINDS` describes each for `make-tiny`.
+PIPELINES: dict[str, Callable] = {"sd3": build_sd3, "cosmos3": build_cosmos3}
 
 
 def build_tiny_pipeline(family: str, seed: int = 0):
     if family not in PIPELINES:
         raise ValueError(f"unknown tiny pipeline {family!r}; expected one of: {', '.join(PIPELINES)}")
-    return PIPELINES[family][1](seed=seed)
+    return PIPELINES[family](seed=seed)
 
 
 def save_tiny_pipeline(family: str, path: str | Path, seed: int = 0) -> Path:
-    """Save a tiny random pipeline of `family` (a key of `PIPELINES`) with `save_pretrained`."""
+    """Save a tiny random pipeline of `family` (a key of `PIPELINES`) with `save_pretrained`. A component whose
+    class is not diffusers' or transformers' (the tiny Cosmos-Predict2.5's safety checker) ships its code in its
+    folder, diffusers' custom components: plain diffusers loads the pipeline with `trust_remote_code=True`."""
     path = Path(path)
-    build_tiny_pipeline(family, seed=seed).save_pretrained(path)
+    pipeline = build_tiny_pipeline(family, seed=seed)
+    pipeline.save_pretrained(path)
+    for name, component in pipeline.components.items():
+        if type(component).__module__ == __name__:
+            _ship_component_code(path, name, type(component))
     return path
+
+
+def _ship_component_code(path: Path, name: str, component_class: type) -> None:
+    import inspect
+    import json
+
+    module = f"{name}_code"
+    source = "import torch\nfrom diffusers import ConfigMixin, ModelMixin\n\n\n" + inspect.getsource(
+        component_class
+    )
+    (path / name / f"{module}.py").write_text(source)
+    index = json.loads((path / "model_index.json").read_text())
+    index[name] = [module, component_class.__name__]
+    (path / "model_index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
 
 
 def _gemma2(tokenizer, seed: int):
@@ -285,9 +299,9 @@ class ToySafetyChecker(ModelMixin, ConfigMixin):
 
     `Cosmos2_5_PredictBasePipeline` builds `CosmosSafetyChecker()` when given None (an ImportError without
     `cosmos_guardrail`, which also downloads its own models) and refuses to run with None, so the tiny pipeline
-    saves this component instead, as diffusers' own Cosmos tests do. It is saved as
-    ["cosmos_train.tiny_pipelines", "ToySafetyChecker"]: diffusers resolves it on load once this module is
-    imported. Real Cosmos checkpoints keep their own checker (install `cosmos_guardrail`).
+    holds this component instead, as diffusers' own Cosmos tests do. `save_tiny_pipeline` ships its code in the
+    saved `safety_checker/` folder (a diffusers custom component: load with `trust_remote_code=True`). Real
+    Cosmos checkpoints keep their own checker (install `cosmos_guardrail`).
     """
 
     def __init__(self):
@@ -376,12 +390,5 @@ def build_cosmos_predict2_5(seed: int = 0):
 
 
 PIPELINES.update(
-    {
-        "sana": ("SanaPipeline (linear DiT, Gemma2, 4x DC-AE), 32x32 images", build_sana),
-        "sana_video": ("SanaVideoPipeline (video DiT, Gemma2, Wan VAE), 9 frames of 32x32", build_sana_video),
-        "cosmos_predict2_5": (
-            "Cosmos2_5_PredictBasePipeline (Cosmos DiT, Qwen2.5-VL, Wan VAE), 9 frames of 32x32",
-            build_cosmos_predict2_5,
-        ),
-    }
+    {"sana": build_sana, "sana_video": build_sana_video, "cosmos_predict2_5": build_cosmos_predict2_5}
 )

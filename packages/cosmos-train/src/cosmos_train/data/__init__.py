@@ -5,36 +5,35 @@ max_length)` as the trainer's `data_collator`, for a text LM `tokenize_conversat
 job.data)` as its (pre-tokenized) `train_dataset`. Both check the chat template once and limit the loss
 to the assistant turns (`[data] train_on = "assistant"`) as `templates.py` describes.
 
-Image/video + caption pairs for diffusion training: `load_pairs`, `collate_pairs` and `cache_pairs` (`pairs.py`).
-Prompt lists for diffusion RL (txt, GenEval, JSONL): `load_prompt_list` and `collate_prompts`
-(`diffusion_prompts.py`).
+Chat prompts for GRPO, with images or video: `load_prompts` (`chat_prompts.py`).
+Image/video + caption pairs for diffusion training: `load_pairs` and `collate_pairs` (`pairs.py`; their encodings
+are cached by `cosmos_train.diffusion.latent_cache`).
+Prompt lists for diffusion RL (txt, GenEval, JSONL): `load_prompt_list` and `collate_prompts` (`prompt_lists.py`).
 """
 
 from cosmos_train.data.loading import DataError, DataReport, load_conversations, to_text_messages
 from cosmos_train.data.media import VideoClip, load_video, sample_frame_indices
 
 __all__ = [
-    "CachedPairs",
     "DataError",
     "DataReport",
-    "LatentCache",
     "PairDataset",
     "PromptDataset",
     "VideoClip",
     "build_collator",
-    "cache_pairs",
     "collate_pairs",
     "collate_prompts",
     "load_conversations",
     "load_pairs",
     "load_prompt_list",
+    "load_prompts",
     "load_video",
     "sample_frame_indices",
     "to_text_messages",
     "tokenize_conversations",
 ]
 
-_PAIRS = {"CachedPairs", "LatentCache", "PairDataset", "cache_pairs", "collate_pairs", "load_pairs"}
+_PAIRS = {"PairDataset", "collate_pairs", "load_pairs"}
 _PROMPT_LISTS = {"PromptDataset", "collate_prompts", "load_prompt_list"}
 
 
@@ -53,7 +52,11 @@ def __getattr__(name: str):
 
         return getattr(pairs, name)
     if name in _PROMPT_LISTS:  # these need torch too
-        from cosmos_train.data import diffusion_prompts
+        from cosmos_train.data import prompt_lists
 
-        return getattr(diffusion_prompts, name)
+        return getattr(prompt_lists, name)
+    if name == "load_prompts":  # datasets
+        from cosmos_train.data.chat_prompts import load_prompts
+
+        return load_prompts
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

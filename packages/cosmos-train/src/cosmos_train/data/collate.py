@@ -26,6 +26,7 @@ from cosmos_train.data.templates import (
     trim_trailing_whitespace,
     why_unusable,
 )
+from cosmos_train.errors import first_line
 
 # Per-token tensors that truncation must cut together.
 _SEQUENCE_KEYS = (
@@ -283,6 +284,5 @@ def _decode(kind: str, item: Any, source: str, fps: float, max_frames: int, min_
             return load_image(item)
         return load_video(item, fps, max_frames, min_frames)
     except Exception as error:  # a file that changed since loading: name the sample, in one line
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         name = item if isinstance(item, str) else "(embedded)"
-        raise DataError(f"{source}: cannot decode {kind} {name}: {reason}") from None
+        raise DataError(f"{source}: cannot decode {kind} {name}: {first_line(error)}") from None

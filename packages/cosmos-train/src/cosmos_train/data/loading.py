@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_train.data.media import image_problem, video_problem
+from cosmos_train.errors import first_line
 
 logger = logging.getLogger("cosmos_train.data")
 
@@ -216,8 +217,7 @@ def _hf_dataset(data):
     try:
         return datasets.load_dataset(data.path, split=data.split)
     except Exception as error:  # hub, network and builder errors alike: report them in one line
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise DataError(f"{data.path}: cannot load dataset ({reason})") from None
+        raise DataError(f"{data.path}: cannot load dataset ({first_line(error)})") from None
 
 
 def _hf_records(data) -> Iterator[tuple[str, Any]]:

@@ -11,13 +11,14 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from cosmos_train.errors import first_line
+
 
 def _reason(error: BaseException) -> str:
     """A short one-line reason; library messages often embed the absolute path, which the caller names already."""
     if isinstance(error, Image.UnidentifiedImageError):
         return "not a recognised image format"
-    text = getattr(error, "strerror", None) or str(error) or type(error).__name__
-    return text.splitlines()[0].strip()
+    return first_line(getattr(error, "strerror", None) or error)
 
 
 def image_problem(source: str | Path | bytes) -> str | None:

@@ -3,9 +3,10 @@
 Trainers (flow-matching SFT, DiffusionNFT, FlowGRPO, DDRL) speak only to `DiffusionAdapter`; each family
 (`sd3.py`, `sana.py`, ...) is one subclass in this folder, picked by the pipeline's `_class_name` in its
 `model_index.json`. Adding a model means adding a file here that subclasses `DiffusionAdapter` and sets
-`pipeline_class`; discovery is automatic (`adapter_for`).
+`pipeline_class`; discovery is automatic (`adapter_class_for`). An adapter outside this folder is named by a
+dotted path in the job (`[model] adapter = "package.module:MyAdapter"`).
 
-Conventions every adapter keeps (rectified flow, `diffusion-rl.md`):
+Conventions every adapter keeps (rectified flow, `docs/diffusion-algorithms.md`):
 - latents are batch-first, `B x C x H x W` for images and `B x C x T x H x W` for videos, already
   normalised the way the family's transformer expects them;
 - sigma in [0, 1] is the noise level: x_sigma = (1 - sigma) * x0 + sigma * noise;
@@ -25,6 +26,9 @@ from typing import Any, ClassVar
 import torch
 
 from ..config import ConfigError
+
+# Video conditioning modes: which leading latent frames are given clean (none, the first, the first two or more).
+CONDITIONING_MODES = ("t2v", "i2v", "v2v")
 
 
 class UnsupportedPipelineError(ConfigError):
@@ -190,18 +194,13 @@ class DiffusionAdapter:
     ) -> torch.Tensor:
         """The pipeline's own sampler: `B x 3 x H x W` images or `B x T x 3 x H x W` videos in [0, 1].
         Prompt i uses seed `seed + i`, so samples are comparable across steps."""
-        call = {
-            "height": height,
-            "width": width,
-            "num_inference_steps": num_inference_steps,
-            **self.generate_kwargs,
-            **kwargs,
-        }
+        call = {"height": height, "width": width, "num_inference_steps": num_inference_steps}
+        call |= self.generate_kwargs | kwargs
         if guidance_scale is not None:
             call["guidance_scale"] = guidance_scale
         if self.video and num_frames is not None:
             call[self.frames_argument] = num_frames
-        if self.options.max_sequence_length:
+        if self.options.max_sequence_length and "max_sequence_length" in _call_parameters(self.pipeline):
             call["max_sequence_length"] = self.options.max_sequence_length
         was_training = self.transformer.training
         self.transformer.eval()
@@ -209,13 +208,16 @@ class DiffusionAdapter:
             outputs = []
             for index, prompt in enumerate(prompts):
                 generator = torch.Generator(self.device).manual_seed(seed + index)
-                output = self.pipeline(
-                    prompt=prompt, generator=generator, output_type="pt", return_dict=False, **call
-                )
-                outputs.append(output[0])
+                outputs.append(self.sample(prompt, generator, call))
         finally:
             self.transformer.train(was_training)
         return torch.cat(outputs).float().clamp(0, 1)
+
+    def sample(self, prompt: str, generator: torch.Generator, call: dict[str, Any]) -> torch.Tensor:
+        """One prompt through the pipeline: `1 x 3 x H x W` or `1 x T x 3 x H x W` in [0, 1]."""
+        return self.pipeline(prompt=prompt, generator=generator, output_type="pt", return_dict=False, **call)[
+            0
+        ]
 
     # --- LoRA export -----------------------------------------------------------------------------------
 
@@ -268,32 +270,63 @@ def pipeline_class_name(name_or_path: str) -> str:
     return config["_class_name"]
 
 
-def adapter_class_for(class_name: str) -> type[DiffusionAdapter]:
+def adapter_class_for(class_name: str, reference: str | None = None) -> type[DiffusionAdapter]:
+    """The adapter for a pipeline class: the one named by `reference` (`package.module:Class`), else the one of
+    this folder whose `pipeline_class` is `class_name`."""
+    if reference is not None:
+        from ..references import ReferenceError, load_reference
+
+        try:
+            adapter = load_reference(reference)
+        except ReferenceError as error:
+            raise ConfigError(f"[model] adapter {reference!r}: {error}") from None
+        if not (isinstance(adapter, type) and issubclass(adapter, DiffusionAdapter)):
+            raise ConfigError(f"[model] adapter {reference!r} is not a DiffusionAdapter subclass")
+        return adapter
     known = adapters()
     if class_name not in known:
         raise UnsupportedPipelineError(
             f"no cosmos-train adapter for {class_name}; supported pipelines: {', '.join(sorted(known))} "
-            "(to add one, write a DiffusionAdapter subclass in cosmos_train/diffusion/, see DEVELOPERS.md)"
+            "(to add one, write a DiffusionAdapter subclass, see DEVELOPERS.md)"
         )
     return known[class_name]
 
 
-def call_default(pipeline, name: str):
-    """A default of the pipeline's `__call__` (what a plain `pipeline(prompt)` uses)."""
+def _call_parameters(pipeline) -> dict[str, Any]:
     import inspect
 
-    return inspect.signature(type(pipeline).__call__).parameters[name].default
+    return dict(inspect.signature(type(pipeline).__call__).parameters)
 
 
-def pad_ragged(rows: list[dict[str, torch.Tensor]], ragged: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """Stack per-sample conditioning; `ragged` keys are right-padded with zeros to the longest row."""
-    out: dict[str, Any] = {}
-    for key in rows[0]:
-        values = [row[key] for row in rows]
-        if key in ragged:
-            longest = max(v.shape[0] for v in values)
-            values = [
-                torch.nn.functional.pad(v, (0, 0) * (v.dim() - 1) + (0, longest - v.shape[0])) for v in values
-            ]
-        out[key] = torch.stack(values)
-    return out
+def call_default(pipeline, name: str):
+    """A default of the pipeline's `__call__` (what a plain `pipeline(prompt)` uses)."""
+    return _call_parameters(pipeline)[name].default
+
+
+def draw_condition_frames(
+    adapter: DiffusionAdapter,
+    latents: torch.Tensor,
+    clean_frames: dict[str, int],
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """`B x T` bool: per row a mode drawn from `adapter.options.conditioning_mix`, whose leading `clean_frames[mode]`
+    latent frames are given clean. A mode that would leave no frame to generate falls back to t2v. Draws from the
+    global RNG when `generator` is None (so a resumed run draws the same modes)."""
+    mix = adapter.options.conditioning_mix
+    unknown = set(mix) - set(CONDITIONING_MODES)
+    if unknown:
+        raise ValueError(
+            f"conditioning_mix for {adapter.pipeline_class}: unknown modes {sorted(unknown)}; "
+            f"expected {CONDITIONING_MODES}"
+        )
+    weights = torch.tensor([float(mix.get(mode, 0.0)) for mode in CONDITIONING_MODES])
+    if (weights < 0).any() or weights.sum() <= 0:
+        raise ValueError(
+            f"conditioning_mix for {adapter.pipeline_class} needs non-negative weights summing > 0"
+        )
+    batch, frames = latents.shape[0], latents.shape[2]
+    device = generator.device if generator is not None else torch.device("cpu")
+    drawn = torch.multinomial(weights.to(device), batch, replacement=True, generator=generator).cpu()
+    clean = torch.tensor([clean_frames[mode] for mode in CONDITIONING_MODES])[drawn]
+    clean = torch.where(clean < frames, clean, torch.zeros_like(clean))
+    return (torch.arange(frames)[None] < clean[:, None]).to(latents.device)

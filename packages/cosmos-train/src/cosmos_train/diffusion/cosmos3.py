@@ -1,6 +1,6 @@
 """Cosmos3 (`Cosmos3OmniPipeline`): one Mixture-of-Transformers whose reasoner tower reads the chat-templated
 prompt and whose generator tower denoises Wan2.2 latents (normalised by latents mean/std). Images are 1-frame
-videos (t2i); t2v / i2v / v2v differ only in which latent frames are given clean (`cosmos3.md`).
+videos (t2i); t2v / i2v / v2v differ only in which latent frames are given clean (`docs/checkpoint-layouts.md`).
 
 - No text encoder: the transformer takes token ids. The pipeline's `tokenize_prompt` adds templates that depend
   on the media shape (resolution, duration, the image or video system prompt), which `encode_prompts` does not
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from .adapter import DiffusionAdapter
+from .adapter import DiffusionAdapter, draw_condition_frames
 
 logger = logging.getLogger(__name__)
 
-# Clean leading latent frames per conditioning mode (`cosmos3.md`: i2v first frame, v2v two frames).
+# Clean leading latent frames per conditioning mode: i2v the first frame, v2v two.
 CLEAN_FRAMES = {"t2v": 0, "i2v": 1, "v2v": 2}
 
 # The vision generator: what full fine-tuning trains. Everything else stays frozen: the reasoner (its keys and
@@ -63,6 +63,7 @@ class Cosmos3Adapter(DiffusionAdapter):
     # Conditioning rows: prompts up to this many UTF-8 bytes (fixed length: text dropout swaps cached rows).
     max_prompt_bytes = 4096
     fps = 24.0  # the pipeline's default; it enters the duration template and the temporal positions
+    generate_kwargs = {"fps": fps}
     # Prompts whose reasoner keys/values are kept (per prompt: layers x tokens x kv heads x head_dim x 2).
     reasoner_cache_prompts = 32
 
@@ -89,7 +90,7 @@ class Cosmos3Adapter(DiffusionAdapter):
             self.pipeline.register_to_config(enable_safety_checker=saved)
 
     def prepare_full_finetuning(self) -> None:
-        """Train the vision generator; the reasoner tower stays frozen (`cosmos3.md`)."""
+        """Train the vision generator; the reasoner tower stays frozen (`docs/checkpoint-layouts.md`)."""
         trained = 0
         for name, parameter in self.transformer.named_parameters():
             parameter.requires_grad_(bool(GENERATOR_PARAMETER.search(name)))
@@ -157,28 +158,8 @@ class Cosmos3Adapter(DiffusionAdapter):
     # --- noise and time --------------------------------------------------------------------------------
 
     def condition_frames(self, latents: torch.Tensor, generator: torch.Generator | None = None):
-        """Per row, a mode drawn from `conditioning_mix` (t2v / i2v / v2v); 1-frame latents are t2i. A mode that
-        would leave no frame to generate falls back to t2v. The global RNG when `generator` is None (so a
-        resumed run draws the same modes)."""
-        mix = self.options.conditioning_mix
-        unknown = set(mix) - set(CLEAN_FRAMES)
-        if unknown:
-            raise ValueError(
-                f"conditioning_mix for {self.pipeline_class}: unknown modes {sorted(unknown)}; "
-                f"expected {tuple(CLEAN_FRAMES)}"
-            )
-        modes = tuple(CLEAN_FRAMES)
-        weights = torch.tensor([float(mix.get(mode, 0.0)) for mode in modes])
-        if (weights < 0).any() or weights.sum() <= 0:
-            raise ValueError(
-                f"conditioning_mix for {self.pipeline_class} needs non-negative weights summing > 0"
-            )
-        batch, frames = latents.shape[0], latents.shape[2]
-        device = generator.device if generator is not None else torch.device("cpu")
-        drawn = torch.multinomial(weights.to(device), batch, replacement=True, generator=generator).cpu()
-        clean = torch.tensor([CLEAN_FRAMES[m] for m in modes])[drawn]
-        clean = torch.where(clean < frames, clean, torch.zeros_like(clean))
-        return (torch.arange(frames)[None] < clean[:, None]).to(latents.device)
+        """1-frame latents are t2i: a mode with clean frames falls back to t2v."""
+        return draw_condition_frames(self, latents, CLEAN_FRAMES, generator)
 
     # --- the model call --------------------------------------------------------------------------------
 
@@ -225,39 +206,13 @@ class Cosmos3Adapter(DiffusionAdapter):
         # The pipeline resolves None to these (720p, 189 frames: its tokenize_prompt defaults).
         return 720, 1280, 189
 
-    def generate(
-        self,
-        prompts: list[str],
-        height: int,
-        width: int,
-        num_frames: int | None = None,
-        num_inference_steps: int = 20,
-        guidance_scale: float | None = None,
-        seed: int = 0,
-        **kwargs,
-    ) -> torch.Tensor:
-        """The pipeline's sampler, one prompt per call (it takes one): `B x 3 x H x W` for 1-frame output, else
-        `B x T x 3 x H x W`, in [0, 1]."""
-        call = {"height": height, "width": width, "num_inference_steps": num_inference_steps, "fps": self.fps}
-        call.update(kwargs)
-        if num_frames is not None:
-            call["num_frames"] = num_frames
-        if guidance_scale is not None:
-            call["guidance_scale"] = guidance_scale
-        was_training = self.transformer.training
-        self.transformer.eval()
-        try:
-            outputs = []
-            for index, prompt in enumerate(prompts):
-                generator = torch.Generator(self.device).manual_seed(seed + index)
-                video, _ = self.pipeline(
-                    prompt=prompt, generator=generator, output_type="pt", return_dict=False, **call
-                )
-                outputs.append(video)  # T x 3 x H x W
-        finally:
-            self.transformer.train(was_training)
-        media = torch.stack(outputs).float().clamp(0, 1)
-        return media[:, 0] if media.shape[1] == 1 else media
+    def sample(self, prompt: str, generator: torch.Generator, call: dict) -> torch.Tensor:
+        """The pipeline returns `T x 3 x H x W` (one prompt per call): `1 x 3 x H x W` for one frame (t2i), else
+        `1 x T x 3 x H x W`."""
+        video, _ = self.pipeline(
+            prompt=prompt, generator=generator, output_type="pt", return_dict=False, **call
+        )
+        return video if video.shape[0] == 1 else video[None]
 
     # --- LoRA export -----------------------------------------------------------------------------------
 

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .adapter import DiffusionAdapter, call_default
-
-# Clean leading latent frames per conditioning mode (v2v: the pipeline's `num_latent_conditional_frames`).
-MODES = ("t2v", "i2v", "v2v")
+from .adapter import DiffusionAdapter, call_default, draw_condition_frames
 
 
 class CosmosPredict2_5Adapter(DiffusionAdapter):
@@ -52,24 +49,9 @@ class CosmosPredict2_5Adapter(DiffusionAdapter):
         return sigmas  # the pipeline feeds `scheduler.sigmas[i]` (its `in_timestep`), not a 0..1000 timestep
 
     def condition_frames(self, latents: torch.Tensor, generator: torch.Generator | None = None):
-        mix = self.options.conditioning_mix
-        unknown = set(mix) - set(MODES)
-        if unknown:
-            raise ValueError(
-                f"conditioning_mix for {self.pipeline_class}: unknown modes {sorted(unknown)}; expected {MODES}"
-            )
-        weights = torch.tensor([float(mix.get(mode, 0.0)) for mode in MODES])
-        if (weights < 0).any() or weights.sum() <= 0:
-            raise ValueError(
-                f"conditioning_mix for {self.pipeline_class} needs non-negative weights summing > 0"
-            )
-        batch, frames = latents.shape[0], latents.shape[2]
-        device = generator.device if generator is not None else torch.device("cpu")
-        modes = torch.multinomial(weights.to(device), batch, replacement=True, generator=generator).cpu()
-        # Leave at least one frame to generate.
-        counts = torch.tensor([0, 1, call_default(self.pipeline, "num_latent_conditional_frames")])
-        clean = counts[modes].clamp(max=frames - 1)
-        return (torch.arange(frames)[None] < clean[:, None]).to(latents.device)
+        # v2v gives the pipeline's `num_latent_conditional_frames` clean.
+        clean = {"t2v": 0, "i2v": 1, "v2v": call_default(self.pipeline, "num_latent_conditional_frames")}
+        return draw_condition_frames(self, latents, clean, generator)
 
     def predict_velocity(self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None):
         """As the pipeline's denoising loop: frames in `condition_frames` hold their clean latents (the trainer does

@@ -1,18 +1,20 @@
-"""`cosmos-train export` for diffusion runs: a checkpoint (or a run's output_dir) as what diffusers loads.
+"""What diffusers loads, written from a diffusion training run.
 
-The run's job record (`cosmos_train_job.toml`) names the pipeline and the LoRA; the trained transformer
-weights come from the checkpoint's `model.safetensors`, and the EMA from its `ema.safetensors` (used by
-default when present, as the trainer's own exports do).
+- `export_pipeline(adapter, folder, lora)`: the adapter's pipeline as it is in memory: `folder/lora/` for
+  `pipe.load_lora_weights` when a LoRA trains, or (with `merge_lora`, and for full fine-tuning) a whole pipeline
+  for `DiffusionPipeline.from_pretrained`. The trainers write one under `output_dir/safetensors/step_N/`.
+- `export_run(checkpoint, out)`: `cosmos-train export` of any diffusion run: the run's job record
+  (`cosmos_train_job.toml`) names the pipeline and the LoRA, the checkpoint's `model.safetensors` holds the
+  trained weights, and its `ema.safetensors` the EMA (exported by default when present, as the trainers' own
+  exports do). Other trainer state in the checkpoint (an old policy, optimizer state) is not exported.
 """
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
-from ..jobs import JOB_RECORD
+from .adapter import DiffusionAdapter
 
-DIFFUSION_KINDS = ("diffusion-sft", "nft", "flow-grpo", "ddrl")
 CARD = """---
 library_name: diffusers
 base_model: {base}
@@ -29,65 +31,75 @@ Fine-tuned with [cosmos-train](https://pypi.org/project/cosmos-train/) from `{ba
 """
 
 
-def run_record(checkpoint: Path) -> dict | None:
-    """The job record of the run `checkpoint` belongs to (in it, or in its parent), or None."""
-    for folder in (checkpoint, checkpoint.parent):
-        path = folder / JOB_RECORD
-        if path.is_file():
-            return tomllib.loads(path.read_text())
-    return None
-
-
-def is_diffusion_run(checkpoint: Path) -> bool:
-    record = run_record(checkpoint)
-    return record is not None and record.get("kind") in DIFFUSION_KINDS
-
-
-def export_diffusion(
-    checkpoint: Path, out: Path, merge_lora: bool = False, ema: bool | None = None, overwrite: bool = False
+def export_pipeline(
+    adapter: DiffusionAdapter,
+    folder: Path,
+    lora: dict | None,
+    merge_lora: bool = False,
+    overwrite: bool = False,
+    card: str | None = None,
 ) -> Path:
-    """Export a diffusion run's checkpoint to `out` (see the module docstring); refusals come before loading."""
-    import torch
+    """Write the adapter's pipeline as users load it, atomically (see the module docstring); `card` becomes the
+    folder's README.md."""
+    from transformers_cosmos3.checkpoint import atomic_directory
+
+    with atomic_directory(folder, overwrite=overwrite) as scratch:
+        if lora is not None and not merge_lora:
+            from peft.utils import get_peft_model_state_dict
+
+            (scratch / "lora").mkdir()
+            state = get_peft_model_state_dict(adapter.transformer)
+            adapter.save_lora(scratch / "lora", state, alpha=lora["alpha"], rank=lora["r"])
+        else:
+            if lora is not None:
+                adapter.transformer.fuse_lora()
+                adapter.transformer.unload_lora()
+            adapter.pipeline.save_pretrained(scratch)
+        if card is not None:
+            (scratch / "README.md").write_text(card)
+    return folder
+
+
+def export_run(
+    checkpoint: Path,
+    out: Path,
+    kind: str,
+    record: dict,
+    merge_lora: bool = False,
+    ema: bool | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Export a diffusion run's checkpoint (`record` is its job record); every refusal comes before loading."""
     from safetensors.torch import load_file
 
-    from ..config import LoraSection
-    from ..trainers.diffusion_common import EMA_FILE, EMACallback, export_pipeline
-    from ..trainers.diffusion_config import PipelineSection
-    from .adapter import AdapterOptions
-    from .loading import add_lora, load_adapter
+    from ..config import LoraSection, PipelineSection
+    from .loading import load_adapter, prepare_training
+    from .weights import ExponentialAverage
 
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
-    record = run_record(checkpoint)
     weights = checkpoint / "model.safetensors"
     if not weights.is_file():
         raise FileNotFoundError(f"{checkpoint} has no model.safetensors")
     lora_section = LoraSection.model_validate(record["lora"]) if "lora" in record else None
     if merge_lora and lora_section is None:
         raise ValueError(f"{checkpoint} is a full fine-tune, not a LoRA; drop --merge-lora")
-    has_ema = (checkpoint / EMA_FILE).is_file()
+    has_ema = (checkpoint / ExponentialAverage.filename).is_file()
     if ema and not has_ema:
-        raise FileNotFoundError(f"{checkpoint} has no {EMA_FILE} (the run kept no EMA); drop --ema")
+        raise FileNotFoundError(
+            f"{checkpoint} has no {ExponentialAverage.filename} (the run kept no EMA); drop --ema"
+        )
     use_ema = has_ema if ema is None else ema
 
     model = PipelineSection.model_validate(record["model"])
-    adapter = load_adapter(model.name_or_path, AdapterOptions(), dtype=model.dtype)
-    lora = None
-    if lora_section is not None:
-        targets = add_lora(
-            adapter, lora_section.r, lora_section.alpha, lora_section.dropout, lora_section.target_modules
-        )
-        lora = {"r": lora_section.r, "alpha": lora_section.alpha, "target_modules": targets}
-    else:
-        adapter.prepare_full_finetuning()  # the trained parameters, as in the run: the EMA's keys
+    adapter = load_adapter(model)
+    lora = prepare_training(adapter, lora_section)  # the trained parameters, as in the run
     adapter.transformer.load_state_dict(load_file(weights), strict=True)
     if use_ema:
-        average = EMACallback(adapter.transformer, decay=0.5)
+        average = ExponentialAverage(adapter.transformer, decay=0.5)
         average.load(checkpoint)
-        with torch.no_grad():
-            average.ema.copy_to(average.parameters)
+        average.copy_into_model()
 
-    export_pipeline(adapter, out, lora, merge_lora=merge_lora, overwrite=overwrite)
     what = "LoRA merged into the weights" if merge_lora else ("LoRA" if lora else "full fine-tune")
     what += ", EMA weights" if use_ema else ""
     if lora and not merge_lora:
@@ -100,7 +112,5 @@ def export_diffusion(
         usage = (
             f'from diffusers import DiffusionPipeline\n\npipe = DiffusionPipeline.from_pretrained("{out}")'
         )
-    (out / "README.md").write_text(
-        CARD.format(base=model.name_or_path, kind=record["kind"], name=out.name, what=what, usage=usage)
-    )
-    return out
+    card = CARD.format(base=model.name_or_path, kind=kind, name=out.name, what=what, usage=usage)
+    return export_pipeline(adapter, out, lora, merge_lora=merge_lora, overwrite=overwrite, card=card)

@@ -1,4 +1,4 @@
-"""Rectified-flow arithmetic shared by every family and every diffusion trainer (`diffusion-rl.md`).
+"""Rectified-flow arithmetic shared by every family and every diffusion trainer (`docs/diffusion-algorithms.md`).
 
 x_sigma = (1 - sigma) * x0 + sigma * noise, and the model predicts v = noise - x0. Latent frames marked in
 `condition_frames` (`B x T` bool, video families) stay clean and carry no loss.

@@ -1,12 +1,12 @@
-"""Load a diffusers pipeline for training: its adapter, frozen parts, and LoRA or full fine-tuning."""
+"""Load a diffusers pipeline for training: its family's adapter, the frozen parts, and LoRA or full fine-tuning."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 
 import torch
 
+from ..config import LoraSection, PipelineSection
 from .adapter import AdapterOptions, DiffusionAdapter, adapter_class_for
 
 logger = logging.getLogger(__name__)
@@ -14,23 +14,24 @@ logger = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_adapter(name_or_path: str, options: AdapterOptions, dtype: str = "float32") -> DiffusionAdapter:
-    """The pipeline at `name_or_path` (hub id or folder) wrapped in its family's adapter.
+def load_adapter(model: PipelineSection | str, options: AdapterOptions | None = None) -> DiffusionAdapter:
+    """The pipeline of `[model]` (or a hub id or folder) wrapped in its family's adapter (`[model] adapter`, or
+    the one for the pipeline's class).
 
-    The adapter is chosen before any weights load, so an unsupported pipeline fails at once. The frozen
-    parts take `dtype`; the transformer stays float32 (mixed precision comes from `[train] bf16`).
+    The adapter is chosen before any weights load, so an unsupported pipeline fails at once. The frozen parts
+    take `[model] dtype`; the transformer stays float32 (mixed precision comes from `[train] bf16`).
     """
     from diffusers import DiffusionPipeline
 
-    config = DiffusionPipeline.load_config(name_or_path)
-    adapter_class = adapter_class_for(config["_class_name"])
-    # diffusers finds a component class of a non-library module only once that module is imported
-    # (the tiny pipelines' stand-in safety checker lives in cosmos_train).
-    for entry in config.values():
-        if isinstance(entry, list) and entry and str(entry[0]).startswith("cosmos_train."):
-            importlib.import_module(entry[0])
+    if isinstance(model, str):
+        model = PipelineSection(name_or_path=model)
+    config = DiffusionPipeline.load_config(model.name_or_path)
+    adapter_class = adapter_class_for(config["_class_name"], model.adapter)
     pipeline = DiffusionPipeline.from_pretrained(
-        name_or_path, dtype=DTYPES[dtype], **adapter_class.pipeline_load_kwargs
+        model.name_or_path,
+        dtype=DTYPES[model.dtype],
+        trust_remote_code=model.trust_remote_code,
+        **adapter_class.pipeline_load_kwargs,
     )
     if pipeline.transformer.dtype != torch.float32:
         pipeline.transformer.to(torch.float32)
@@ -41,19 +42,32 @@ def load_adapter(name_or_path: str, options: AdapterOptions, dtype: str = "float
     return adapter
 
 
-def add_lora(adapter: DiffusionAdapter, rank: int, alpha: int, dropout: float, target_modules) -> list[str]:
-    """Put a PEFT LoRA on the transformer (diffusers' `add_adapter`), so only the adapters train."""
+def prepare_training(
+    adapter: DiffusionAdapter, lora: LoraSection | None, gradient_checkpointing: bool = False
+) -> dict | None:
+    """Make the transformer trainable as the job asks: a PEFT LoRA (diffusers' `add_adapter`; only the LoRA
+    trains), or the family's trained parameters for full fine-tuning. Returns the LoRA's `{"r", "alpha",
+    "target_modules"}` (None for full fine-tuning), which exports need."""
     from peft import LoraConfig
 
-    targets = list(adapter.lora_target_modules) if target_modules is None else target_modules
-    adapter.transformer.requires_grad_(False)
-    adapter.transformer.add_adapter(
-        LoraConfig(
-            r=rank,
-            lora_alpha=alpha,
-            lora_dropout=dropout,
-            target_modules=targets,
-            init_lora_weights="gaussian",
+    transformer = adapter.transformer
+    trained = None
+    if lora is not None:
+        targets = list(adapter.lora_target_modules) if lora.target_modules is None else lora.target_modules
+        transformer.requires_grad_(False)
+        transformer.add_adapter(
+            LoraConfig(
+                r=lora.r,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=targets,
+                init_lora_weights="gaussian",
+            )
         )
-    )
-    return targets
+        trained = {"r": lora.r, "alpha": lora.alpha, "target_modules": targets}
+    else:
+        adapter.prepare_full_finetuning()
+    if gradient_checkpointing:
+        transformer.enable_gradient_checkpointing()
+    transformer.train()
+    return trained

@@ -1,7 +1,7 @@
-"""Sampling any adapter's flow model step by step, for the RL trainers' rollouts (`diffusion-rl.md`).
+"""Sampling any adapter's flow model step by step, for the RL trainers' rollouts (`docs/diffusion-algorithms.md`).
 
 Two samplers over the same sigma grid (1 -> 0, with the family's time shift):
-- `ode_sample`: the deterministic flow ODE, Euler or Heun (2nd order, the DiffusionNFT default);
+- `ode_sample`: the deterministic flow ODE, Euler or Heun (2nd order, two model calls per step);
 - `sde_step`: FlowGRPO's SDE step, Gaussian with a known log-probability, so a trainer can store per-step
   log-probs at rollout and recompute them under the current weights.
 Classifier-free guidance runs the conditional and unconditional predictions as two calls on the same rows,
@@ -42,25 +42,14 @@ def velocity(
     sigma: torch.Tensor | float,
     conditioning: dict[str, torch.Tensor],
     guidance: Guidance | None = None,
-    condition_frames: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The (guided) velocity at `latents`, all rows at noise level `sigma` (a scalar or one per row)."""
     sigmas = torch.as_tensor(sigma, device=latents.device, dtype=torch.float32).expand(latents.shape[0])
-    predicted = adapter.predict_velocity(transformer, latents, sigmas, conditioning, condition_frames).float()
+    predicted = adapter.predict_velocity(transformer, latents, sigmas, conditioning).float()
     if guidance is None or guidance.scale == 1.0:
         return predicted
-    unconditional = adapter.predict_velocity(
-        transformer, latents, sigmas, guidance.unconditional, condition_frames
-    ).float()
+    unconditional = adapter.predict_velocity(transformer, latents, sigmas, guidance.unconditional).float()
     return unconditional + guidance.scale * (predicted - unconditional)
-
-
-def keep_clean(latents: torch.Tensor, clean: torch.Tensor | None, condition_frames: torch.Tensor | None):
-    """Conditioning frames keep their clean value through sampling."""
-    if clean is None or condition_frames is None:
-        return latents
-    mask = condition_frames[:, None, :, None, None].to(latents)
-    return mask * clean + (1 - mask) * latents
 
 
 @torch.no_grad()
@@ -71,23 +60,19 @@ def ode_sample(
     conditioning: dict[str, torch.Tensor],
     grid: torch.Tensor,
     solver: str = "heun",
-    guidance: Guidance | None = None,
-    clean: torch.Tensor | None = None,
-    condition_frames: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Integrate the flow ODE from `noise` (sigma = grid[0]) to clean latents (grid[-1] = 0)."""
+    """Integrate the flow ODE from `noise` (sigma = grid[0]) to clean latents (grid[-1] = 0), CFG off."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver '{solver}'; expected one of {', '.join(SOLVERS)}")
-    x = keep_clean(noise.float(), clean, condition_frames)
+    x = noise.float()
     for sigma, sigma_next in zip(grid[:-1].tolist(), grid[1:].tolist(), strict=True):
         step = sigma_next - sigma
-        v = velocity(adapter, transformer, x, sigma, conditioning, guidance, condition_frames)
-        euler = keep_clean(x + step * v, clean, condition_frames)
+        v = velocity(adapter, transformer, x, sigma, conditioning)
         if solver == "euler" or sigma_next == 0:
-            x = euler
+            x = x + step * v
             continue
-        v_next = velocity(adapter, transformer, euler, sigma_next, conditioning, guidance, condition_frames)
-        x = keep_clean(x + step * (v + v_next) / 2, clean, condition_frames)
+        v_next = velocity(adapter, transformer, x + step * v, sigma_next, conditioning)
+        x = x + step * (v + v_next) / 2
     return x
 
 
@@ -99,7 +84,8 @@ def sde_std(sigma: float, sigma_next: float, noise_level: float, sigma_max: floa
 
 
 def sde_mean(x: torch.Tensor, v: torch.Tensor, sigma: float, sigma_next: float, std: float) -> torch.Tensor:
-    """The mean of the SDE step x_{t-dt} = x + [v + s_t^2 / (2t) (x + (1 - t) v)] (-dt) (`diffusion-rl.md`)."""
+    """The mean of the SDE step x_{t-dt} = x + [v + s_t^2 / (2t) (x + (1 - t) v)] (-dt)
+    (`docs/diffusion-algorithms.md`)."""
     dt = sigma_next - sigma  # negative
     s2 = std**2 / (sigma - sigma_next)  # s_t^2, the diffusion coefficient squared
     return x * (1 + s2 / (2 * sigma) * dt) + v * (1 + s2 * (1 - sigma) / (2 * sigma)) * dt
@@ -120,12 +106,12 @@ def sde_step(
     sigma_next: float,
     noise_level: float,
     sigma_max: float,
-    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One stochastic step: (x_next, its log-probability per row)."""
+    """One stochastic step (noise from the global RNG, so a resumed run draws the same): (x_next, its
+    log-probability per row)."""
     std = sde_std(sigma, sigma_next, noise_level, sigma_max)
     mean = sde_mean(x, v, sigma, sigma_next, std)
-    noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+    noise = torch.randn(x.shape, device=x.device, dtype=x.dtype)
     sample = mean + std * noise
     return sample, gaussian_log_prob(sample, mean, std)
 
@@ -141,7 +127,6 @@ __all__ = [
     "SOLVERS",
     "Guidance",
     "gaussian_log_prob",
-    "keep_clean",
     "ode_sample",
     "sde_mean",
     "sde_std",

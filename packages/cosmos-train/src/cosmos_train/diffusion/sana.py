@@ -56,15 +56,23 @@ class SanaAdapter(DiffusionAdapter):
         return super().model_timesteps(sigmas) * self.transformer.config.timestep_scale
 
     def predict_velocity(self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None):
-        dtype = self.transformer.dtype
-        velocity = transformer(
-            noisy_latents.to(dtype),
-            encoder_hidden_states=conditioning["prompt_embeds"].to(dtype),
-            encoder_attention_mask=conditioning["prompt_attention_mask"],
-            timestep=self.model_timesteps(sigmas),
-            return_dict=False,
-        )[0]
-        config = self.transformer.config
-        if config.out_channels // 2 == config.in_channels:  # learned sigma: keep the velocity half
-            velocity = velocity.chunk(2, dim=1)[0]
-        return velocity
+        return sana_velocity(self, transformer, noisy_latents, sigmas, conditioning)
+
+
+def sana_velocity(
+    adapter: DiffusionAdapter, transformer, noisy_latents, sigmas, conditioning
+) -> torch.Tensor:
+    """SANA's and SANA-Video's transformer call on Gemma2 embeddings; a learned-sigma output keeps its velocity
+    half."""
+    dtype = adapter.transformer.dtype
+    velocity = transformer(
+        noisy_latents.to(dtype),
+        encoder_hidden_states=conditioning["prompt_embeds"].to(dtype),
+        encoder_attention_mask=conditioning["prompt_attention_mask"],
+        timestep=adapter.model_timesteps(sigmas),
+        return_dict=False,
+    )[0]
+    config = adapter.transformer.config
+    if config.out_channels // 2 == config.in_channels:
+        velocity = velocity.chunk(2, dim=1)[0]
+    return velocity

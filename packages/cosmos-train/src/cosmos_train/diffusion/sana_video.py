@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .adapter import DiffusionAdapter
-from .sana import encode_gemma_prompts
+from .sana import encode_gemma_prompts, sana_velocity
 
 
 def latents_stats(vae, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,15 +54,4 @@ class SanaVideoAdapter(DiffusionAdapter):
         return vae.decode(latents / inv_std + mean, return_dict=False)[0]
 
     def predict_velocity(self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None):
-        dtype = self.transformer.dtype
-        velocity = transformer(
-            noisy_latents.to(dtype),
-            encoder_hidden_states=conditioning["prompt_embeds"].to(dtype),
-            encoder_attention_mask=conditioning["prompt_attention_mask"],
-            timestep=self.model_timesteps(sigmas),
-            return_dict=False,
-        )[0]
-        config = self.transformer.config
-        if config.out_channels // 2 == config.in_channels:  # learned sigma: keep the velocity half
-            velocity = velocity.chunk(2, dim=1)[0]
-        return velocity
+        return sana_velocity(self, transformer, noisy_latents, sigmas, conditioning)

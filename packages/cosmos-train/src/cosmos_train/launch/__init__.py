@@ -10,6 +10,9 @@ the default there. FSDP needs GPUs: accelerate only turns it on for device-backe
 it would silently be plain DDP; it is refused instead.
 """
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +48,42 @@ def device_defaults(backend: str, source: str) -> dict[str, Any]:
     # TRL defaults to bf16 mixed precision, which needs a GPU; without use_cpu, accelerate finds no
     # device and every launched process trains alone.
     return {"bf16": False, "use_cpu": True}
+
+
+@contextlib.contextmanager
+def process_group_for(backend: str) -> Iterator[None]:
+    """DeepSpeed (ZeRO-2/3) trains in a process group, reads RANK / LOCAL_RANK / WORLD_SIZE as a launcher sets
+    them, and looks for MPI (mpi4py) when they are missing. A job run as one plain process (`cosmos-train sft -c
+    job.toml`) gets, for the block, what a one-process launch would give it: those variables and a one-process
+    group on a free local port. Launched processes keep their launcher's."""
+    import torch
+    import torch.distributed as dist
+
+    if backend not in ("zero2", "zero3") or "WORLD_SIZE" in os.environ or dist.is_initialized():
+        yield
+        return
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    launched = {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+    saved = {name: os.environ.get(name) for name in launched}
+    os.environ.update(launched)
+    try:
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=0, world_size=1)
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

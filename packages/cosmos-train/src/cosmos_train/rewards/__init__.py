@@ -23,22 +23,23 @@ has the signature `f(media, prompts, metadata, **parameters) -> list[float]`.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import math
 import numbers
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import first_line
+from ..references import ReferenceError, is_reference, load_reference
 from . import media as _media
 from .ocr import load_engine as _load_ocr_engine
 from .ocr import ocr as _ocr
 from .remote import RemoteMediaReward, RemoteRewardClient, RemoteRewardError, RemoteTextReward
 from .scorers import SCORERS as _SCORERS
 from .scorers import preload as _preload_scorer
+from .specs import RewardEntry, RewardSpec, RewardTable, entry_parameters, reward_specs
 from .text import (
     REFERENCE_COLUMN,
     completion_text,
@@ -58,12 +59,17 @@ __all__ = [
     "MediaReward",
     "RemoteRewardClient",
     "RemoteRewardError",
+    "RewardEntry",
     "RewardError",
+    "RewardSpec",
+    "RewardTable",
     "build_media_rewards",
     "build_rewards",
     "check_reward",
     "check_reward_name",
+    "check_reward_table",
     "checked",
+    "reward_specs",
 ]
 
 
@@ -261,8 +267,7 @@ def check_reward_name(name: str, *, media: bool = False) -> None:
             raise ValueError("'remote:' needs the service's reward name, e.g. 'remote:pickscore'")
         return
     if ":" in name:
-        module, _, attribute = name.partition(":")
-        if not module or not attribute.isidentifier():
+        if not is_reference(name):
             raise ValueError(f"'{name}' is not 'package.module:function'")
         return
     if media:
@@ -286,11 +291,11 @@ def check_reward_name(name: str, *, media: bool = False) -> None:
         )
 
 
-@dataclass(frozen=True)
-class RewardSpec:
-    name: str
-    weight: float
-    parameters: dict[str, Any]
+def check_reward_table(table: RewardTable, *, media: bool = False) -> RewardTable:
+    """A job's `[rewards]` table, each name and parameters checked (`check_reward`); for pydantic validators."""
+    for name, entry in table.items():
+        check_reward(name, entry_parameters(entry), media=media)
+    return table
 
 
 def build_rewards(
@@ -360,8 +365,7 @@ def build_media_rewards(
                 if builtin.load is not None:
                     builtin.load(**spec.parameters)
             except Exception as error:  # a missing engine, a bad model path, a wrong type: one line
-                message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                raise RewardError(f"[rewards] {spec.name}: {message}") from None
+                raise RewardError(f"[rewards] {spec.name}: {first_line(error)}") from None
             function = builtin.make(**spec.parameters)
         rewards.append(MediaReward(spec.name, spec.weight, function))
     return rewards
@@ -382,8 +386,9 @@ class MediaReward:
         except RemoteRewardError as error:
             raise RewardError(f"reward '{self.name}': {error}") from error
         except Exception as error:
-            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise RewardError(f"reward '{self.name}' raised {type(error).__name__}: {message}") from error
+            raise RewardError(
+                f"reward '{self.name}' raised {type(error).__name__}: {first_line(error)}"
+            ) from error
         size = len(media)
         if not isinstance(values, list | tuple) or len(values) != size:
             got = f"{len(values)} values" if isinstance(values, list | tuple) else type(values).__name__
@@ -419,24 +424,12 @@ def _make_builtin(spec: RewardSpec, train: dict[str, Any]) -> Callable:
 
 
 def _import_reward(spec: RewardSpec, search_path: str | Path | None) -> Callable:
-    module_name, _, attribute = spec.name.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if search_path is None or error.name != module_name.split(".")[0]:
-            raise RewardError(f"[rewards] {spec.name}: cannot import {module_name} ({error})") from None
-        sys.path.append(str(search_path))  # kept: TRL may pickle the function by reference
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise RewardError(
-                f"[rewards] {spec.name}: cannot import {module_name} from sys.path or {search_path} ({error})"
-            ) from None
-    except ImportError as error:
-        raise RewardError(f"[rewards] {spec.name}: cannot import {module_name} ({error})") from None
-    function = getattr(module, attribute, None)
+        function = load_reference(spec.name, search_path)
+    except ReferenceError as error:
+        raise RewardError(f"[rewards] {spec.name}: {error}") from None
     if not callable(function):
-        raise RewardError(f"[rewards] {spec.name}: {module_name} has no function '{attribute}'")
+        raise RewardError(f"[rewards] {spec.name}: is a {type(function).__name__}, not a function")
     # functools.partial keeps an async function recognisably async for TRL.
     return functools.partial(function, **spec.parameters) if spec.parameters else function
 

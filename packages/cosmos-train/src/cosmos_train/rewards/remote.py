@@ -1,4 +1,4 @@
-"""Client of the remote reward service (`reward-service.md`): enqueue a batch, then poll for its scores.
+"""Client of the remote reward service (`docs/reward-service.md`): enqueue a batch, then poll for its scores.
 
 The service's contract, as trainers in this field already speak it:
 - `POST {enqueue_url}`: one JSON line, a newline, then the media as `.npy` bytes; answers `{"uuid"}`.
@@ -32,6 +32,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
+
+from ..errors import first_line
 
 ENV_PREFIXES = ("REMOTE_REWARD_", "WFM_REWARD_")  # the first wins; some cosmos-rl versions use WFM_REWARD_*
 
@@ -274,7 +276,7 @@ def _reason(answer) -> str:
         detail = body.get("detail") or body.get("error") or body if isinstance(body, dict) else body
     except ValueError:
         detail = answer.text
-    return str(detail).strip().splitlines()[0][:200] if str(detail).strip() else answer.reason_phrase
+    return first_line(str(detail), limit=200) or answer.reason_phrase
 
 
 def _json(answer, reward: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The reward service: the contract of `reward-service.md` on FastAPI, served by uvicorn.
+"""The reward service: the contract of `docs/reward-service.md` on FastAPI, served by uvicorn.
 
 - `POST /api/reward/enqueue`: one JSON line (`prompts`, `reward_fn`, `media_type`, optional `video_infos`,
   `metadata`), a newline, then `.npy` bytes (read with `allow_pickle=False` after the header is checked against
@@ -34,6 +34,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from ..errors import first_line
 from ..rewards import RewardError
 
 ENQUEUE_PATH, PULL_PATH, HEALTH_PATH = "/api/reward/enqueue", "/api/reward/pull", "/health"
@@ -56,7 +57,9 @@ class ServiceSettings:
 
 
 @dataclass
-class Job:
+class BatchResult:
+    """An enqueued batch's scores (None until scored) or its scoring error, kept until it expires."""
+
     rewards: list[str]
     input_info: dict[str, Any]
     scores: dict[str, list[float]] | None = None
@@ -92,7 +95,7 @@ def read_npy(data: bytes) -> np.ndarray:
         else:
             raise ValueError(f".npy format version {version} is not supported (1.0 or 2.0)")
     except Exception as error:  # numpy's header parser raises several types on garbage; all are the client's
-        raise _refuse(400, f"the media is not a valid .npy stream: {_line(error)}") from None
+        raise _refuse(400, f"the media is not a valid .npy stream: {first_line(error)}") from None
     if dtype.hasobject:
         raise _refuse(
             422, "the media is an object array; this service never unpickles (send uint8 or float16)"
@@ -106,12 +109,7 @@ def read_npy(data: bytes) -> np.ndarray:
     try:
         return np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, EOFError, OSError) as error:
-        raise _refuse(400, f"the media is not a valid .npy stream: {_line(error)}") from None
-
-
-def _line(error: Exception) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+        raise _refuse(400, f"the media is not a valid .npy stream: {first_line(error)}") from None
 
 
 def _check_media(media: np.ndarray, media_type: str) -> None:
@@ -164,7 +162,7 @@ def parse_enqueue(body: bytes, settings: ServiceSettings, hosted: dict[str, Any]
     try:
         header = json.loads(body[:end])
     except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise _refuse(400, f"the first line is not JSON: {_line(error)}") from None
+        raise _refuse(400, f"the first line is not JSON: {first_line(error)}") from None
     if not isinstance(header, dict):
         raise _refuse(422, "the JSON line must be an object with prompts, reward_fn and media_type")
     prompts, reward_fn, media_type = header.get("prompts"), header.get("reward_fn"), header.get("media_type")
@@ -202,11 +200,11 @@ def parse_enqueue(body: bytes, settings: ServiceSettings, hosted: dict[str, Any]
 
 @dataclass
 class RewardQueue:
-    """Jobs by uuid; scoring on `workers` threads; results forgotten `result_ttl` seconds after scoring."""
+    """Batch results by uuid; scoring on `workers` threads; results forgotten `result_ttl` seconds after scoring."""
 
     rewards: dict[str, MediaRewardFunction]
     settings: ServiceSettings
-    jobs: dict[str, Job] = field(default_factory=dict)
+    results: dict[str, BatchResult] = field(default_factory=dict)
     pending: int = 0
     _expiry: collections.deque = field(default_factory=collections.deque)  # (time, uuid), in time order
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -224,7 +222,7 @@ class RewardQueue:
                     f"the queue is full: {self.pending} batches waiting (max_queue = {self.settings.max_queue})",
                 )
             self.pending += 1
-            self.jobs[key] = Job(batch.rewards, batch.input_info)
+            self.results[key] = BatchResult(batch.rewards, batch.input_info)
         self.executor.submit(self._score, key, batch)
         return key
 
@@ -234,40 +232,40 @@ class RewardQueue:
             for name in batch.rewards:
                 scores[name] = self.rewards[name](batch.media, batch.prompts, batch.metadata)
         except RewardError as failure:  # MediaReward's one line, naming the reward
-            error = _line(failure)
+            error = first_line(failure)
         except Exception as failure:  # a bare function: name it here
-            error = f"reward '{name}' raised {type(failure).__name__}: {_line(failure)}"
+            error = f"reward '{name}' raised {type(failure).__name__}: {first_line(failure)}"
         with self._lock:
-            job = self.jobs[key]
-            job.scores, job.error = (None, error) if error else (scores, None)
-            job.duration = time.perf_counter() - start
+            result = self.results[key]
+            result.scores, result.error = (None, error) if error else (scores, None)
+            result.duration = time.perf_counter() - start
             self.pending -= 1
             self._expiry.append((time.monotonic() + self.settings.result_ttl, key))
 
     def _forget_expired(self) -> None:
         now = time.monotonic()
         while self._expiry and self._expiry[0][0] <= now:
-            self.jobs.pop(self._expiry.popleft()[1], None)
+            self.results.pop(self._expiry.popleft()[1], None)
 
     def result(self, key: str, reward: str) -> dict[str, Any]:
         with self._lock:
             self._forget_expired()
-            job = self.jobs.get(key)
-            if job is None:
+            result = self.results.get(key)
+            if result is None:
                 raise _refuse(
                     404,
                     f"unknown or expired uuid {key} (results expire {self.settings.result_ttl:g} s after scoring)",
                 )
-            if reward not in job.rewards:
-                raise _refuse(422, f"{key} was enqueued for {', '.join(job.rewards)}, not {reward!r}")
-            if job.error is not None:
-                raise _refuse(422, f"scoring failed: {job.error}")
-            if job.scores is None:
+            if reward not in result.rewards:
+                raise _refuse(422, f"{key} was enqueued for {', '.join(result.rewards)}, not {reward!r}")
+            if result.error is not None:
+                raise _refuse(422, f"scoring failed: {result.error}")
+            if result.scores is None:
                 raise _refuse(400, "not ready")
             return {
-                "scores": {reward: job.scores[reward]},
-                "input_info": job.input_info,
-                "duration": round(job.duration, 6),
+                "scores": {reward: result.scores[reward]},
+                "input_info": result.input_info,
+                "duration": round(result.duration, 6),
                 "type": reward,
             }
 
@@ -373,7 +371,7 @@ def create_app(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction
             try:
                 fields = json.loads(body)
             except ValueError as error:
-                raise _refuse(422, f"the pull body is not JSON: {_line(error)}") from None
+                raise _refuse(422, f"the pull body is not JSON: {first_line(error)}") from None
             if not isinstance(fields, dict):
                 raise _refuse(422, "the pull body must be a JSON object with uuid and type")
         else:

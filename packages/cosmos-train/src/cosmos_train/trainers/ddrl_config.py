@@ -10,16 +10,11 @@ to K = 8, 20 steps and CFG off, as cosmos-rl's DDRL config.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, model_validator
 
 from ..config import PairData
-from .diffusion_config import DiffusionTrainSection
+from ..diffusion.adapter import CONDITIONING_MODES, AdapterOptions
 from .flow_grpo_config import FlowGRPOSection, SDEPolicyJob, SDERolloutSection
-
-# Clean leading latent frames -> the adapters' conditioning modes.
-CONDITIONING_MODES = {0: "t2v", 1: "i2v", 2: "v2v"}
 
 
 class DDRLRolloutSection(SDERolloutSection):
@@ -61,21 +56,31 @@ class DDRLSection(FlowGRPOSection):
         return self
 
     def conditioning_mix(self) -> dict[str, float]:
-        """Each number of conditional frames in [min, max] equally often, as the adapters' mix."""
+        """Each number of conditional frames in [min, max] equally often, as the adapters' mix (0 clean frames is
+        t2v, 1 i2v, 2 v2v)."""
         counts = range(self.min_num_conditional_frames, self.max_num_conditional_frames + 1)
         return {CONDITIONING_MODES[count]: 1.0 for count in counts}
 
 
 class DDRLJob(SDEPolicyJob):
-    kind: Literal["ddrl"] = "ddrl"
+    algorithm_section = "ddrl"
     rollout: DDRLRolloutSection = DDRLRolloutSection()
     ddrl: DDRLSection = DDRLSection()
-    real_data: PairData | None = None
-    train: DiffusionTrainSection
+    real_data: PairData | None = Field(None, description="The data term's image/video + caption pairs.")
 
-    @property
-    def algorithm(self) -> DDRLSection:
-        return self.ddrl
+    def adapter_options(self) -> AdapterOptions:
+        """The data term's t2v / i2v mixture (rollouts sample text-to-image/video)."""
+        return AdapterOptions(
+            conditioning_mix=self.ddrl.conditioning_mix(),
+            max_sequence_length=self.rollout.max_sequence_length,
+        )
+
+    def check_data(self, source: str) -> None:
+        super().check_data(source)
+        if self.real_data is not None:
+            from ..data import load_pairs
+
+            load_pairs(self.real_data, video=self.model.adapter_class().video)
 
     @model_validator(mode="after")
     def _data_for_the_data_term(self):

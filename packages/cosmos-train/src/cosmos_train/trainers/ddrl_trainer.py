@@ -11,13 +11,13 @@ data term mixes t2v / i2v (/ v2v) by the number of clean conditional frames (`ad
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
 
 from ..data.loading import DataError
 from ..diffusion.flow import add_noise, flow_matching_loss, sample_sigmas
-from ..jobs import Job
-from .flow_grpo_trainer import FlowGRPOTrainer, run_flow_grpo
+from .flow_grpo_trainer import FlowGRPOTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +49,11 @@ class RealData:
 
 
 class DDRLTrainer(FlowGRPOTrainer):
-    def __init__(self, *args, real_data: RealData | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.real_data = real_data
+    def __init__(self, adapter, rewards, job, **kwargs):
+        super().__init__(adapter, rewards, job, **kwargs)
+        self.real_data = None
+        if job.real_data is not None and job.ddrl.data_beta > 0:
+            self.real_data = load_real_data(job.real_data, adapter, self.args)
 
     def micro_batches(self, rollout):
         batches = super().micro_batches(rollout)
@@ -101,26 +103,17 @@ class DDRLTrainer(FlowGRPOTrainer):
         return (loss, None) if return_outputs else loss
 
 
-def run_ddrl(job: Job, callbacks: list | None = None) -> DDRLTrainer:
-    """Run a DDRL job: FlowGRPO's run, with `[real_data]` for the data term."""
-    return run_flow_grpo(job, callbacks, trainer_class=DDRLTrainer, extras=_real_data)
+def load_real_data(section, adapter, args) -> RealData:
+    """`[real_data]` as the data term's batches: pairs, cached as the section says."""
+    from ..data.pairs import collate_pairs, load_pairs
+    from ..diffusion.latent_cache import cache_pairs
 
-
-def _real_data(job: Job, adapter) -> dict:
-    from pathlib import Path
-
-    from ..data.pairs import cache_pairs, collate_pairs, load_pairs
-
-    config = job.config
-    adapter.options.conditioning_mix = config.ddrl.conditioning_mix()  # the data term's t2v/i2v mixture
-    if config.real_data is None or config.ddrl.data_beta == 0:
-        return {}
-    dataset, report = load_pairs(config.real_data, video=adapter.video)
+    dataset, report = load_pairs(section, video=adapter.video)
     logger.info("data term on %d real pairs (%d skipped)", report.kept, report.skipped)
     collate = collate_pairs
-    if config.real_data.cache:
-        cache_dir = Path(config.real_data.cache_dir or Path(job.args.output_dir) / "cache")
-        with job.args.main_process_first(desc="caching latents and text embeddings"):
+    if section.cache:
+        cache_dir = Path(section.cache_dir or Path(args.output_dir) / "cache")
+        with args.main_process_first(desc="caching latents and text embeddings"):
             dataset = cache_pairs(dataset, adapter, cache_dir)  # the main process writes, the others read
         collate = dataset.collate
-    return {"real_data": RealData(dataset, collate, adapter, job.args.seed)}
+    return RealData(dataset, collate, adapter, args.seed)

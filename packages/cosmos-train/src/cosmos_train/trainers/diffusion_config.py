@@ -8,35 +8,22 @@ density, the loss weighting, the EMA, text dropout, the video conditioning mix a
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from transformers import TrainingArguments
 
 from ..config import (
-    JobPath,
     JobSchema,
     LoraSection,
     PairData,
+    PipelineSection,
     Section,
     build_training_arguments,
     trainer_section,
 )
+from ..diffusion.adapter import CONDITIONING_MODES, AdapterOptions
 from ..launch import backend_arguments, device_defaults
-
-CONDITIONING_MODES = ("t2v", "i2v", "v2v")
-
-
-class PipelineSection(Section):
-    """`[model]`: the diffusers pipeline whose transformer is trained."""
-
-    name_or_path: Annotated[str, JobPath(hub_id=True)] = Field(
-        description="A diffusers pipeline: hub id or local folder with model_index.json."
-    )
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32",
-        description="Weights of the frozen parts (VAE, text encoders); the transformer trains in float32.",
-    )
 
 
 class DiffusionSection(Section):
@@ -96,15 +83,27 @@ DiffusionTrainSection = trainer_section(
 
 
 class DiffusionSFTJob(JobSchema):
-    kind: Literal["diffusion-sft"] = "diffusion-sft"
     model: PipelineSection
-    lora: LoraSection | None = None
+    lora: LoraSection | None = Field(
+        None, description="A PEFT LoRA on the transformer; absent: full fine-tuning."
+    )
     data: PairData
     diffusion: DiffusionSection = DiffusionSection()
     train: DiffusionTrainSection
 
     def training_arguments(self, source: str) -> TrainingArguments:
         return diffusion_training_arguments(self, source)
+
+    def adapter_options(self) -> AdapterOptions:
+        return AdapterOptions(
+            conditioning_mix=dict(self.diffusion.conditioning_mix),
+            max_sequence_length=self.diffusion.max_sequence_length,
+        )
+
+    def check_data(self, source: str) -> None:
+        from ..data import load_pairs
+
+        load_pairs(self.data, video=self.model.adapter_class().video)
 
 
 def diffusion_training_arguments(

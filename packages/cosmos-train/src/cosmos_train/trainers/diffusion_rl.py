@@ -6,82 +6,30 @@ One optimizer step is one rollout, told the way TRL's GRPOTrainer tells it:
    rewards into group-normalised advantages, and cuts the result into micro-batches (`micro_batches`);
    every call returns the next micro-batch, so the Trainer's gradient accumulation covers one rollout;
 2. `compute_loss` (each algorithm's) trains on one micro-batch.
-Rewards, advantages, the EMA, checkpoints, exports and logging are shared here and in `diffusion_common`.
+Rewards, advantages, the EMA, checkpoints, exports and logging are shared here and in `diffusion_base.py`;
+`run_diffusion_rl` runs any of them (the job's kind names the trainer class).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import logging
 import math
 from collections import defaultdict
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
 import torch
-from pydantic import Field, field_validator
-from transformers import TrainingArguments
 
-from ..config import ConfigError, LoraSection, PromptListData, Section
-from ..diffusion.sampling import SOLVERS, Guidance, to_uint8_media
-from ..rewards import RewardSpec, check_reward
-from .diffusion_common import DiffusionTrainer
-from .diffusion_config import PipelineSection
-from .grpo_config import RewardEntry
+from ..diffusion.sampling import Guidance, to_uint8_media
+from ..diffusion.weights import ParameterCopy
+from ..jobs import Job
+from .common import train_and_save
+from .diffusion_base import DiffusionTrainer, load_for_training
 
 logger = logging.getLogger(__name__)
 
-REWARD_CLIP = 5.0  # each reward, and their weighted sum, is clipped to +-5 (`diffusion-rl.md`)
-
-
-class RolloutSection(Section):
-    """`[rollout]`: how samples are drawn and scored (defaults: DiffusionNFT's, `diffusion-rl.md`)."""
-
-    samples_per_prompt: int = Field(24, ge=2, description="K samples per prompt, normalised as a group.")
-    sampling_steps: int = Field(10, gt=0, description="Sampler steps per rollout sample.")
-    solver: Literal[SOLVERS] = Field(
-        "heun", description="Deterministic ODE solver (DiffusionNFT's rollouts)."
-    )
-    guidance_scale: float = Field(1.0, ge=1.0, description="Classifier-free guidance; 1 is off.")
-    height: int | None = Field(None, gt=0, description="Default: the pipeline's own default size.")
-    width: int | None = Field(None, gt=0)
-    num_frames: int | None = Field(None, gt=0, description="Video families; default: the pipeline's.")
-    train_batch_size: int = Field(8, gt=0, description="Samples per training forward (a micro-batch).")
-    global_std: bool = Field(False, description="Normalise advantages by the batch's std, not the group's.")
-    max_sequence_length: int | None = Field(None, gt=0, description="Text tokens (default: the pipeline's).")
-    updates_per_rollout: int = Field(
-        1, gt=0, description="Optimizer steps per rollout; its micro-batches are split evenly between them."
-    )
-
-
-def check_media_rewards(rewards: dict[str, Any]) -> dict[str, Any]:
-    for name, entry in rewards.items():
-        check_reward(name, None if isinstance(entry, float) else dict(entry.model_extra or {}), media=True)
-    return rewards
-
-
-def reward_specs(rewards: dict[str, float | RewardEntry]) -> list[RewardSpec]:
-    return [
-        RewardSpec(name, entry, {})
-        if isinstance(entry, float)
-        else RewardSpec(name, entry.weight, dict(entry.model_extra or {}))
-        for name, entry in rewards.items()
-    ]
-
-
-class DiffusionRLSections(Section):
-    """The sections every diffusion RL job has, besides its algorithm's own and `[train]`."""
-
-    model: PipelineSection
-    lora: LoraSection | None = None
-    data: PromptListData
-    rewards: dict[str, float | RewardEntry] = Field(min_length=1)
-    rollout: RolloutSection = RolloutSection()
-
-    _check_rewards = field_validator("rewards")(
-        classmethod(lambda cls, rewards: check_media_rewards(rewards))
-    )
+REWARD_CLIP = 5.0  # each reward, and their weighted sum, is clipped to +-5 (cosmos-rl's remote calculator)
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, global_std: bool = False) -> torch.Tensor:
@@ -92,27 +40,20 @@ def group_advantages(rewards: torch.Tensor, group_size: int, global_std: bool = 
 
 
 class DiffusionRLTrainer(DiffusionTrainer):
-    """Rollout -> rewards -> advantages -> micro-batches, on transformers' `Trainer`. Subclasses write
-    `rollout(prompts, metadata)`, `micro_batches(rollout)` and `compute_loss`."""
+    """Rollout -> rewards -> advantages -> micro-batches, on transformers' `Trainer`. Subclasses take the job's
+    config (`job`, a `DiffusionRLJob`) and write `rollout(prompts, metadata)`, `micro_batches(rollout)` and
+    `compute_loss`."""
 
-    def __init__(
-        self,
-        adapter,
-        rewards: list,
-        rollout: RolloutSection,
-        train_dataset,
-        args,
-        kl_beta: float = 0.0,
-        **kwargs,
-    ):
+    def __init__(self, adapter, rewards: list, job, train_dataset, args, kl_beta: float = 0.0, **kwargs):
         super().__init__(adapter, train_dataset=RolloutPrompts(train_dataset, args), args=args, **kwargs)
         # The frozen base for a KL term: a LoRA reaches it by disabling its adapters, full fine-tuning keeps a copy.
-        self.base_copy = None
+        self.reference_copy = None
         if kl_beta > 0 and self.lora is None:
-            self.base_copy = copy.deepcopy(adapter.transformer).requires_grad_(False).eval()
+            self.reference_copy = ParameterCopy(adapter.transformer)
         self.rewards = rewards
-        self.rollout_config = rollout
+        self.rollout_config = job.rollout
         height, width, frames = adapter.default_size()
+        rollout = job.rollout
         self.size = (rollout.height or height, rollout.width or width, rollout.num_frames or frames)
         self._buffer: list[dict[str, Any]] = []
         self._metrics: dict[str, list[float]] = defaultdict(list)
@@ -133,11 +74,19 @@ class DiffusionRLTrainer(DiffusionTrainer):
                 raise RuntimeError(f"a rollout gave {len(self._buffer)} micro-batches, not {expected}")
         return self._buffer.pop(0)
 
+    @contextlib.contextmanager
     def reference(self):
-        """The frozen base model (for a KL term), as a context giving the module to call."""
-        if self.base_copy is not None:
-            return contextlib.nullcontext(self.base_copy)
-        return adapters_disabled(self.adapter.transformer)
+        """The frozen base model (for a KL term, no-grad forwards only), as a context giving the module to call."""
+        transformer = self.adapter.transformer
+        if self.reference_copy is not None:
+            with self.reference_copy.swapped_in():
+                yield transformer
+            return
+        transformer.disable_adapters()
+        try:
+            yield transformer
+        finally:
+            transformer.enable_adapters()
 
     def rollout(self, prompts: list[str], metadata: list[dict]) -> dict[str, Any]:
         """Sample one image/video per prompt row (rows repeat each prompt K times). Returns at least
@@ -214,38 +163,32 @@ class RolloutPrompts(torch.utils.data.Dataset):
         return self.prompts[index % len(self.prompts)]
 
 
-@contextlib.contextmanager
-def adapters_disabled(transformer):
-    transformer.disable_adapters()
-    try:
-        yield transformer
-    finally:
-        transformer.enable_adapters()
+def run_diffusion_rl(job: Job, callbacks: list | None = None) -> DiffusionRLTrainer:
+    """Run a diffusion RL job with its kind's trainer class; the trained pipeline (or LoRA) is under
+    `output_dir/safetensors/`."""
+    trainer = build_diffusion_rl_trainer(job, callbacks)
+    train_and_save(trainer, job)
+    return trainer
 
 
-def micro_batch_count(rows: int, batch_size: int, steps: int) -> int:
-    """Micro-batches per rollout: `steps` training timesteps for each chunk of `batch_size` rows."""
-    return steps * math.ceil(rows / batch_size)
+def build_diffusion_rl_trainer(job: Job, callbacks: list | None = None) -> DiffusionRLTrainer:
+    """The job's rewards, pipeline, prompts and trainer, ready to train (rewards first: a reward that cannot load
+    fails before the model does)."""
+    from ..data import collate_prompts, load_prompt_list
+    from ..rewards import build_media_rewards, reward_specs
 
-
-def rollout_micro_batches(job, train_timesteps: int, source: str) -> int:
-    """The gradient accumulation of one optimizer step: a rollout's micro-batches over its updates. Raises
-    ConfigError (one line) when they do not split evenly, or checkpoints would fall inside a rollout."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
-    prompts = job.train.per_device_train_batch_size or defaults["per_device_train_batch_size"]
-    rows = prompts * job.rollout.samples_per_prompt
-    count = micro_batch_count(rows, job.rollout.train_batch_size, train_timesteps)
-    updates = job.rollout.updates_per_rollout
-    if count % updates:
-        raise ConfigError(
-            f"{source}: [rollout] updates_per_rollout = {updates} must divide the rollout's {count} micro-batches "
-            f"(trained timesteps x chunks of train_batch_size samples)"
-        )
-    save_steps = job.train.save_steps
-    # save_steps below 1 is a fraction of the run, which lands where it may: refuse it with several updates.
-    if updates > 1 and save_steps is not None and (save_steps < 1 or int(save_steps) % updates):
-        raise ConfigError(
-            f"{source}: [train] save_steps = {save_steps:g} must be a multiple of [rollout] updates_per_rollout = {updates}, "
-            "so checkpoints fall between rollouts (resume restarts at a rollout)"
-        )
-    return count // updates
+    config = job.config
+    rewards = build_media_rewards(reward_specs(config.rewards), search_path=Path(job.source).parent)
+    adapter, lora = load_for_training(job)
+    prompts, report = load_prompt_list(config.data)
+    logger.info("training on %d prompts (%d skipped)", report.kept, report.skipped)
+    return job.kind.trainer_class()(
+        adapter,
+        rewards,
+        config,
+        lora=lora,
+        args=job.args,
+        train_dataset=prompts,
+        data_collator=collate_prompts,
+        callbacks=callbacks,
+    )

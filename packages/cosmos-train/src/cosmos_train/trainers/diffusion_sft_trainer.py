@@ -20,7 +20,7 @@ import torch
 from ..diffusion.flow import add_noise, flow_matching_loss, sample_sigmas
 from ..jobs import Job
 from .common import train_and_save
-from .diffusion_common import EXPORTS, DiffusionTrainer, ValidationCallback, prepare_adapter
+from .diffusion_base import EXPORTS, DiffusionTrainer, ValidationCallback, load_for_training
 
 logger = logging.getLogger(__name__)
 
@@ -97,12 +97,12 @@ def run_diffusion_sft(job: Job, callbacks: list | None = None) -> DiffusionSFTTr
     from ..data.pairs import collate_pairs, load_pairs
 
     config = job.config
-    adapter, lora = prepare_adapter(job)
+    adapter, lora = load_for_training(job)
     dataset, report = load_pairs(config.data, video=adapter.video)
     logger.info("training on %d pairs (%d skipped)", report.kept, report.skipped)
     collate = collate_pairs
     if config.data.cache:
-        from ..data.pairs import cache_pairs
+        from ..diffusion.latent_cache import cache_pairs
 
         cache_dir = Path(config.data.cache_dir or Path(job.args.output_dir) / "cache")
         with job.args.main_process_first(desc="caching latents and text embeddings"):

@@ -1,10 +1,8 @@
 """The FlowGRPO job (`kind = "flow-grpo"`): its schema, and its mapping onto transformers' `TrainingArguments`.
 
 `[rollout]` sets the sampling (K samples per prompt, SDE steps, CFG, size); `[flow_grpo]` the algorithm's own
-values, with the paper's defaults (`diffusion-rl.md`): noise level 0.7, clip range 1e-4, KL 0.04, CFG 4.5.
-One optimizer step is one rollout: `[train] per_device_train_batch_size` is the number of prompts per step and
-device; the gradient accumulation covering the rollout's micro-batches (trained steps x sample chunks) is set
-by the job.
+values, with the paper's defaults (`docs/diffusion-algorithms.md`): noise level 0.7, clip range 1e-4, KL 0.04,
+CFG 4.5. One optimizer step is one rollout (`diffusion_rl_config.py`).
 
 Which SDE steps train (`[flow_grpo]`, at most one of these set):
 - `timestep_fraction` (FlowGRPO's default, 0.99): each chunk of samples trains a random share of the steps;
@@ -16,24 +14,19 @@ Which SDE steps train (`[flow_grpo]`, at most one of these set):
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar
 
 from pydantic import Field, model_validator
-from transformers import TrainingArguments
 
-from ..config import JobSchema, Section
-from .diffusion_config import DiffusionTrainSection, diffusion_training_arguments
-from .diffusion_rl import DiffusionRLSections, RolloutSection, rollout_micro_batches
+from ..config import Section
+from .diffusion_rl_config import DiffusionRLJob, DiffusionRolloutSection
 
 STEP_CHOICES = ("timestep_fraction", "train_steps", "train_step_stride", "sde_window")
 
 
-class SDERolloutSection(RolloutSection):
+class SDERolloutSection(DiffusionRolloutSection):
     """`[rollout]` for FlowGRPO-style sampling: SDE steps with per-step log-probs, CFG allowed (the paper's 4.5)."""
 
-    solver: Literal["sde"] = Field(
-        "sde", description="FlowGRPO samples with its SDE (each step Gaussian with a known log-prob)."
-    )
     guidance_scale: float = Field(
         4.5,
         ge=1.0,
@@ -117,40 +110,29 @@ class FlowGRPOSection(Section):
             )
 
 
-class SDEPolicyJob(JobSchema, DiffusionRLSections):
-    """What FlowGRPO and DDRL jobs share; each kind adds its `kind`, its algorithm section and `algorithm`."""
+class SDEPolicyJob(DiffusionRLJob):
+    """What FlowGRPO and DDRL jobs share; each kind adds its algorithm section and names it `algorithm`."""
 
     rollout: SDERolloutSection = SDERolloutSection()
-    train: DiffusionTrainSection
+
+    algorithm_section: ClassVar[str]  # the algorithm's section name
 
     @property
     def algorithm(self) -> FlowGRPOSection:
-        raise NotImplementedError
+        return getattr(self, self.algorithm_section)
 
     @model_validator(mode="after")
     def _steps_fit(self):
         try:
             self.algorithm.check_steps(self.rollout.sampling_steps)
         except ValueError as error:
-            raise ValueError(f"[{self.kind.replace('-', '_')}] {error}") from None
+            raise ValueError(f"[{self.algorithm_section}] {error}") from None
         return self
 
     def train_timesteps(self) -> int:
         return self.algorithm.trained_step_count(self.rollout.sampling_steps)
 
-    def training_arguments(self, source: str) -> TrainingArguments:
-        return diffusion_training_arguments(
-            self,
-            source,
-            {"gradient_accumulation_steps": rollout_micro_batches(self, self.train_timesteps(), source)},
-        )
-
 
 class FlowGRPOJob(SDEPolicyJob):
-    kind: Literal["flow-grpo"] = "flow-grpo"
+    algorithm_section = "flow_grpo"
     flow_grpo: FlowGRPOSection = FlowGRPOSection()
-    train: DiffusionTrainSection
-
-    @property
-    def algorithm(self) -> FlowGRPOSection:
-        return self.flow_grpo

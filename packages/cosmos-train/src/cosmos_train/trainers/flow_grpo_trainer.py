@@ -1,6 +1,6 @@
 """FlowGRPO (Liu et al. 2025): GRPO over the steps of an SDE sampler, on transformers' `Trainer`.
 
-The story of a step (`diffusion-rl.md` has the math):
+The story of a step (`docs/diffusion-algorithms.md` has the math):
 1. rollout: the *current* policy (no gradients) samples K images or videos per prompt with FlowGRPO's SDE,
    classifier-free guidance as configured; every SDE step is Gaussian, so its log-prob is stored beside the
    states x_j and x_{j+1} (FlowGRPO-Fast: the SDE only on a random window of steps, the ODE elsewhere);
@@ -19,16 +19,12 @@ rollout. `DDRLTrainer` (`ddrl_trainer.py`) subclasses this one.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import torch
 
 from ..diffusion.flow import euler_step
 from ..diffusion.sampling import gaussian_log_prob, sde_mean, sde_std, sde_step, sigma_grid, velocity
-from ..jobs import Job
-from .common import train_and_save
-from .diffusion_common import prepare_adapter
-from .diffusion_rl import DiffusionRLTrainer, reward_specs
+from .diffusion_rl import DiffusionRLTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -53,19 +49,19 @@ def clipped_policy_loss(
 
 
 class FlowGRPOTrainer(DiffusionRLTrainer):
-    def __init__(self, adapter, rewards, rollout, algorithm, lora=None, **kwargs):
+    def __init__(self, adapter, rewards, job, lora=None, **kwargs):
+        self.algorithm = job.algorithm  # the job's [flow_grpo] (or [ddrl]) section
         super().__init__(
             adapter,
             rewards,
-            rollout,
-            ema_decay=algorithm.ema_decay,
+            job,
+            ema_decay=self.algorithm.ema_decay,
             lora=lora,
-            kl_beta=algorithm.kl_beta,
+            kl_beta=self.algorithm.kl_beta,
             **kwargs,
         )
-        self.algorithm = algorithm  # the job's [flow_grpo] (or [ddrl]) section
-        self.sampling_steps = rollout.sampling_steps
-        self.train_count = algorithm.trained_step_count(self.sampling_steps)
+        self.sampling_steps = job.rollout.sampling_steps
+        self.train_count = job.train_timesteps()
 
     # --- which SDE steps run and train -------------------------------------------------------------------
 
@@ -180,31 +176,3 @@ class FlowGRPOTrainer(DiffusionRLTrainer):
             loss = loss + self.algorithm.kl_beta * kl
             self._metrics["kl"].append(kl.item())
         return loss.float()
-
-
-def run_flow_grpo(job: Job, callbacks: list | None = None, trainer_class=FlowGRPOTrainer, extras=None):
-    """Run a FlowGRPO job; the trained pipeline (or LoRA) is under `output_dir/safetensors/`. DDRL passes its
-    trainer class and `extras(job, adapter)`, the trainer's further keyword arguments (its real data)."""
-    from ..data import collate_prompts, load_prompt_list
-    from ..rewards import build_media_rewards
-
-    config = job.config
-    rewards = build_media_rewards(reward_specs(config.rewards), search_path=Path(job.source).parent)
-    adapter, lora = prepare_adapter(job)
-    prompts, report = load_prompt_list(config.data)
-    logger.info("training on %d prompts (%d skipped)", report.kept, report.skipped)
-    extra = extras(job, adapter) if extras is not None else {}
-    trainer = trainer_class(
-        adapter,
-        rewards,
-        config.rollout,
-        config.algorithm,
-        lora=lora,
-        args=job.args,
-        train_dataset=prompts,
-        data_collator=collate_prompts,
-        callbacks=callbacks,
-        **extra,
-    )
-    train_and_save(trainer, job)
-    return trainer

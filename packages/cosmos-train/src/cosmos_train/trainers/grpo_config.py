@@ -24,21 +24,14 @@ from ..config import (
     trainer_section,
 )
 from ..launch import backend_arguments, device_defaults
-from ..rewards import RewardSpec, check_reward
+from ..rewards import RewardSpec, RewardTable, check_reward_table, reward_specs
 
 
 class PromptData(MediaData):
-    """`[data]`: prompts in JSONL, LLaVA JSON (images or video) or a `datasets` dataset (`data/prompts.py`)."""
+    """`[data]`: prompts in JSONL, LLaVA JSON (images or video) or a `datasets` dataset (`data/chat_prompts.py`)."""
 
 
-class RewardEntry(Section):
-    """A reward given as a table: its weight and the reward's own parameters."""
-
-    model_config = {**Section.model_config, "extra": "allow"}
-    weight: float = 1.0
-
-
-class RolloutSection(Section):
+class GRPORolloutSection(Section):
     """`[rollout]`: rollout features TRL lacks."""
 
     shared_prompt: bool = Field(
@@ -74,29 +67,25 @@ GRPOTrainSection = trainer_section(
 
 
 class GRPOJob(JobSchema):
-    kind: Literal["grpo"] = "grpo"
     model: ModelSection
-    lora: LoraSection | None = None
+    lora: LoraSection | None = Field(None, description="A PEFT LoRA; absent: full fine-tuning.")
     data: PromptData
-    rewards: dict[str, float | RewardEntry] = Field(min_length=1)
-    rollout: RolloutSection = RolloutSection()
+    rewards: RewardTable = Field(min_length=1, description="Text rewards and their weights.")
+    rollout: GRPORolloutSection = GRPORolloutSection()
     train: GRPOTrainSection
 
     @field_validator("rewards")
     @classmethod
-    def _known_rewards(cls, rewards: dict[str, Any]) -> dict[str, Any]:
-        for name, entry in rewards.items():
-            check_reward(name, None if isinstance(entry, float) else dict(entry.model_extra or {}))
-        return rewards
+    def _known_rewards(cls, rewards: RewardTable) -> RewardTable:
+        return check_reward_table(rewards)
 
     def reward_specs(self) -> list[RewardSpec]:
-        specs = []
-        for name, entry in self.rewards.items():
-            if isinstance(entry, float):
-                specs.append(RewardSpec(name, entry, {}))
-            else:
-                specs.append(RewardSpec(name, entry.weight, dict(entry.model_extra or {})))
-        return specs
+        return reward_specs(self.rewards)
+
+    def check_data(self, source: str) -> None:
+        from ..data import load_prompts
+
+        load_prompts(self.data)
 
     def training_arguments(self, source: str) -> GRPOConfig:
         forced: dict[str, Any] = {

@@ -19,6 +19,8 @@ What `CosmosGRPOTrainer` adds to TRL's trainer:
 - **Dynamic sampling** (DAPO, `[rollout] dynamic_sampling`): groups whose rewards have no spread teach
   nothing; they are dropped and the batch is refilled with fresh prompts, for up to `max_resample_rounds`
   extra rounds.
+- **Bit-equal resume**: each epoch's prompt order is drawn from `seed + epoch` (`EpochSeededRepeatSampler`),
+  and a checkpoint inside a generation cycle keeps the buffered rollout its next steps train on.
 """
 
 from __future__ import annotations
@@ -33,23 +35,45 @@ import torch
 from trl import GRPOTrainer
 from trl.extras.profiling import profiling_context
 from trl.models import unwrap_model_for_generation
-from trl.trainer.utils import pad
+from trl.trainer.utils import RepeatSampler, pad
 
 from ..config import ConfigError
 from ..data import DataError
+from ..data.chat_prompts import load_prompts
 from ..data.collate import encode_prompts, media_token_ids, messages_with_media
-from ..data.prompts import load_prompts
 from ..jobs import Job
 from ..models import load_model, lora_config
 from ..rewards import build_rewards
 from .common import CrashSafeTrainerMixin, train_and_save
-from .grpo_config import PromptData, RolloutSection
+from .grpo_config import GRPORolloutSection, PromptData
 
 logger = logging.getLogger(__name__)
 
 # Processor outputs with one row per patch (split per media item by its grid) and their grid keys.
 _PATCH_ROWS = {"pixel_values": "image_grid_thw", "pixel_values_videos": "video_grid_thw"}
 _TOKEN_TYPES = "mm_token_type_ids"
+# Per process, in each checkpoint: TRL's micro-step counter and, inside a generation cycle, the buffered rollout.
+_ROLLOUT_STATE = "grpo_rollout_state_{}.pt"
+
+
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's `RepeatSampler` with epoch `e` shuffled from `seed + e`, set by the Trainer's `set_epoch` (the rule
+    of torch's `DistributedSampler` and accelerate's `SeedableRandomSampler`; epoch 0's order is TRL's).
+
+    TRL's draws each epoch's permutation from one generator seeded once, so epoch e's order depends on the e
+    permutations drawn before it in the same process. A resumed process builds a fresh sampler: the epoch
+    it resumes in (e >= 1) would follow epoch 0's order, and each later epoch an earlier epoch's.
+    """
+
+    epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        if self.shuffle and self.seed is not None:
+            self.generator.manual_seed(self.seed + self.epoch)
+        yield from super().__iter__()
 
 
 class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
@@ -58,15 +82,15 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
 
     `data` (the job's `[data]`) sets how prompt videos are sampled; `rollout` (`[rollout]`) switches
     shared-prompt rollouts and dynamic sampling. Rows carry media as `prompt_images` / `prompt_videos`
-    (see `data/prompts.py`).
+    (see `data/chat_prompts.py`).
     """
 
     def __init__(
-        self, *args, data: PromptData | None = None, rollout: RolloutSection | None = None, **kwargs
+        self, *args, data: PromptData | None = None, rollout: GRPORolloutSection | None = None, **kwargs
     ):
         super().__init__(*args, **kwargs)
         self.prompt_data = data
-        self.rollout = rollout or RolloutSection()
+        self.rollout = rollout or GRPORolloutSection()
         self._forward_media: list[dict[str, Any]] | None = None  # per-row media of the batch being scored
         self._last_rewards: torch.Tensor | None = None  # gathered rewards of the last rollout
         if self._is_vlm and not self.use_vllm:
@@ -297,6 +321,42 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
             torch.cat(entropies) if compute_entropy else None,
             torch.stack(aux_losses).mean() if compute_aux_loss else None,
         )
+
+    # --- resume --------------------------------------------------------------------------------------------
+
+    def _get_train_sampler(self, dataset=None) -> EpochSeededRepeatSampler:
+        trl = super()._get_train_sampler(dataset)
+        self._train_sampler = EpochSeededRepeatSampler(
+            trl.data_source, trl.mini_repeat_count, trl.batch_size, trl.repeat_count, trl.shuffle, trl.seed
+        )
+        return self._train_sampler
+
+    def get_train_dataloader(self):
+        dataloader = super().get_train_dataloader()
+        sampler = getattr(self, "_train_sampler", None)
+        if sampler is not None and hasattr(dataloader, "set_sampler"):
+            # As accelerate links its own seedable sampler: with several processes `set_epoch` then reaches
+            # ours through the BatchSamplerShard, also from the loader that skips a resumed epoch's batches.
+            dataloader.set_sampler(sampler)
+        return dataloader
+
+    def _save_extra_state(self, checkpoint: Path) -> None:
+        """TRL restarts its micro-step counter at 0 on resume and regenerates when its rollout buffer is empty:
+        a checkpoint inside a generation cycle (`steps_per_generation` or `num_iterations` > 1) would
+        resume on a fresh rollout, out of phase. Keep the counter, and the buffer while it is still in use."""
+        super()._save_extra_state(checkpoint)
+        inside_cycle = self._step % (self.args.steps_per_generation * self.num_iterations) != 0
+        state = {"step": self._step, "buffer": self._buffered_inputs if inside_cycle else None}
+        torch.save(state, checkpoint / _ROLLOUT_STATE.format(self.accelerator.process_index))
+
+    def _load_optimizer_and_scheduler(self, checkpoint) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = Path(checkpoint) / _ROLLOUT_STATE.format(self.accelerator.process_index)
+        if path.is_file():  # absent from checkpoints of earlier versions: resumed as TRL resumes
+            state = torch.load(path, map_location=self.accelerator.device, weights_only=True)
+            self._step, self._buffered_inputs = state["step"], state["buffer"]
 
     # --- dynamic sampling (DAPO) -----------------------------------------------------------------------
 

@@ -1,9 +1,8 @@
 """The DiffusionNFT job (`kind = "nft"`): its schema, and its mapping onto transformers' `TrainingArguments`.
 
-`[rollout]` sets the sampling (K samples per prompt, steps, solver, size); `[nft]` the algorithm's own
-values, with the paper's defaults (`diffusion-rl.md`). One optimizer step is one rollout: `[train]
-per_device_train_batch_size` is the number of prompts per step and device, and the gradient accumulation
-covering the rollout's micro-batches is set by the job.
+`[rollout]` sets the sampling (K samples per prompt, steps, solver, size); `[nft]` the algorithm's own values,
+with the paper's defaults (`docs/diffusion-algorithms.md`). One optimizer step is one rollout
+(`diffusion_rl_config.py`).
 """
 
 from __future__ import annotations
@@ -11,11 +10,16 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
-from transformers import TrainingArguments
 
-from ..config import JobSchema, Section
-from .diffusion_config import DiffusionTrainSection, diffusion_training_arguments
-from .diffusion_rl import DiffusionRLSections, rollout_micro_batches
+from ..config import Section
+from ..diffusion.sampling import SOLVERS
+from .diffusion_rl_config import DiffusionRLJob, DiffusionRolloutSection
+
+
+class NFTRolloutSection(DiffusionRolloutSection):
+    """`[rollout]` for DiffusionNFT: a deterministic ODE solver, classifier-free guidance off."""
+
+    solver: Literal[SOLVERS] = Field("heun", description="The deterministic ODE solver of the rollouts.")
 
 
 class NFTSection(Section):
@@ -42,25 +46,17 @@ class NFTSection(Section):
     )
 
 
-class NFTJob(JobSchema, DiffusionRLSections):
-    kind: Literal["nft"] = "nft"
+class NFTJob(DiffusionRLJob):
+    rollout: NFTRolloutSection = NFTRolloutSection()
     nft: NFTSection = NFTSection()
-    train: DiffusionTrainSection
 
     @model_validator(mode="after")
     def _guidance_off(self):
         if self.rollout.guidance_scale != 1.0:
             raise ValueError(
-                "DiffusionNFT samples without classifier-free guidance: set [rollout] guidance_scale = 1.0"
+                "[rollout] guidance_scale: DiffusionNFT samples without classifier-free guidance; set it to 1.0"
             )
         return self
 
     def train_timesteps(self) -> int:
         return max(1, int(self.rollout.sampling_steps * self.nft.timestep_fraction))
-
-    def training_arguments(self, source: str) -> TrainingArguments:
-        return diffusion_training_arguments(
-            self,
-            source,
-            {"gradient_accumulation_steps": rollout_micro_batches(self, self.train_timesteps(), source)},
-        )

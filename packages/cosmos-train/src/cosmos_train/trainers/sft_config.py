@@ -45,11 +45,15 @@ SFTTrainSection = trainer_section(
 
 
 class SFTJob(JobSchema):
-    kind: Literal["sft"] = "sft"
     model: ModelSection
-    lora: LoraSection | None = None
+    lora: LoraSection | None = Field(None, description="A PEFT LoRA; absent: full fine-tuning.")
     data: ConversationData
     train: SFTTrainSection
+
+    def check_data(self, source: str) -> None:
+        from ..data import load_conversations
+
+        load_conversations(self.data)
 
     def training_arguments(self, source: str) -> SFTConfig:
         forced: dict[str, Any] = {

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_train.data.loading import DataError, DataReport, _BadRecord, _normalize, read_rows
+from cosmos_train.errors import first_line
 
 # Keys a record uses for its prompt and media, and the columns the loader writes: not extra columns.
 _STRUCTURE = {"prompt", "conversations", "messages", "images", "image", "videos", "video"}
@@ -93,5 +94,6 @@ def _to_dataset(rows: list[dict[str, Any]], path: str):
     try:
         return Dataset.from_list([{key: row.get(key) for key in columns} for row in rows])
     except Exception as error:  # pyarrow: a column whose type differs between records
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise DataError(f"{path}: extra columns must have one type across records ({reason})") from None
+        raise DataError(
+            f"{path}: extra columns must have one type across records ({first_line(error)})"
+        ) from None

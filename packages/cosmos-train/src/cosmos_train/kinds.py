@@ -1,0 +1,238 @@
+"""The job kinds cosmos-train runs, one `JobKind` each. The CLI's training commands, `validate-config`, `export` and
+the config fuzz tests are all generated from this registry; a new algorithm is its own files plus one entry here.
+
+An entry names its parts as `package.module:attribute` references, imported on first use (a schema imports TRL,
+which `cosmos-train --help` should not wait for):
+- `schema`: the `JobSchema` subclass that validates a job file and builds the trainer's TRL/transformers config;
+- `run`: `run(job, callbacks=None) -> trainer`, which loads, trains and saves;
+- `trainer`: the trainer class, for run functions shared by several kinds (the diffusion RL ones);
+- `family`: `"language"` (transformers models; `export` writes a `save_pretrained` folder) or `"diffusion"`
+  (diffusers pipelines; `export` writes a pipeline or a LoRA for it); `export` overrides the family's exporter.
+
+Kinds from other packages, without a fork: an entry point in the `cosmos_train.kinds` group naming a `JobKind` (it
+gets its own command), or a job file whose `kind` is a reference itself (`kind = "my_package.algo:KIND"`, run with
+`cosmos-train run`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Literal
+
+from .config import ConfigError, suggest
+from .references import ReferenceError, is_reference, load_reference
+
+ENTRY_POINT_GROUP = "cosmos_train.kinds"
+
+# What `cosmos-train export` does with a run of each family.
+EXPORTERS = {
+    "language": "cosmos_train.export:export_run",
+    "diffusion": "cosmos_train.diffusion.export:export_run",
+}
+
+
+@dataclass(frozen=True)
+class JobKind:
+    name: str  # the command, and the job file's `kind`
+    schema: str
+    run: str
+    family: Literal["language", "diffusion"]
+    help: str  # the command's help: a summary line, then details and examples
+    trainer: str | None = None
+    export: str | None = None
+
+    @property
+    def summary(self) -> str:
+        return self.help.strip().splitlines()[0]
+
+    def schema_class(self) -> Any:
+        return self._load(self.schema, "schema")
+
+    def run_function(self) -> Any:
+        return self._load(self.run, "run")
+
+    def trainer_class(self) -> Any:
+        if self.trainer is None:
+            raise ConfigError(f"kind '{self.name}' names no trainer class")
+        return self._load(self.trainer, "trainer")
+
+    def exporter(self) -> Any:
+        return self._load(self.export or EXPORTERS[self.family], "export")
+
+    def _load(self, reference: str, part: str) -> Any:
+        try:
+            return load_reference(reference)
+        except ReferenceError as error:
+            raise ConfigError(f"kind '{self.name}': its {part} {reference!r}: {error}") from None
+
+
+def _diffusion_rl(name: str, algorithm: str, help: str) -> JobKind:
+    return JobKind(
+        name,
+        schema=f"cosmos_train.trainers.{algorithm}_config:{_SCHEMAS[name]}",
+        run="cosmos_train.trainers.diffusion_rl:run_diffusion_rl",
+        trainer=f"cosmos_train.trainers.{algorithm}_trainer:{_TRAINERS[name]}",
+        family="diffusion",
+        help=help,
+    )
+
+
+_SCHEMAS = {"nft": "NFTJob", "flow-grpo": "FlowGRPOJob", "ddrl": "DDRLJob"}
+_TRAINERS = {"nft": "NFTTrainer", "flow-grpo": "FlowGRPOTrainer", "ddrl": "DDRLTrainer"}
+
+BUILTIN_KINDS = (
+    JobKind(
+        "sft",
+        schema="cosmos_train.trainers.sft_config:SFTJob",
+        run="cosmos_train.trainers.sft_trainer:run_sft",
+        family="language",
+        help="""Supervised fine-tuning (TRL SFTTrainer) of the Cosmos3 reasoner, a VLM or a text LM.
+
+Examples:
+
+  cosmos-train sft --config examples/sft/tiny_qwen3_lora.toml
+
+  cosmos-train sft -c job.toml --set train.max_steps=100 --set lora.r=32
+
+  accelerate launch --multi_gpu --num_processes 8 -m cosmos_train sft -c job.toml
+""",
+    ),
+    JobKind(
+        "grpo",
+        schema="cosmos_train.trainers.grpo_config:GRPOJob",
+        run="cosmos_train.trainers.grpo_trainer:run_grpo",
+        family="language",
+        help="""GRPO (TRL GRPOTrainer) of the Cosmos3 reasoner, a VLM or a text LM, on prompts with images or video.
+
+Rewards are built-ins, Python functions (package.module:function) or remote ones. Variants come from TRL's options
+in [train]: loss_type = "grpo" | "dr_grpo" | "dapo" | ..., importance_sampling_level = "sequence" (GSPO),
+epsilon_high (clip-higher), beta (KL). [rollout] dynamic_sampling adds DAPO's group filter. Remote rewards read
+REMOTE_REWARD_ENQUEUE_URL, REMOTE_REWARD_FETCH_URL and REMOTE_REWARD_TOKEN.
+
+Examples:
+
+  cosmos-train grpo --config examples/grpo/tiny_qwen3.toml
+
+  cosmos-train grpo -c job.toml --set train.num_generations=16 --set rollout.dynamic_sampling=true
+
+  accelerate launch --multi_gpu --num_processes 8 -m cosmos_train grpo -c job.toml
+""",
+    ),
+    JobKind(
+        "diffusion-sft",
+        schema="cosmos_train.trainers.diffusion_config:DiffusionSFTJob",
+        run="cosmos_train.trainers.diffusion_sft_trainer:run_diffusion_sft",
+        family="diffusion",
+        help="""Flow-matching SFT of a diffusers pipeline's transformer, with LoRA or full fine-tuning.
+
+SD3, SANA, SANA-Video, Cosmos-Predict2.5 and Cosmos3 on image or video + caption pairs; the pipeline's class picks
+the model adapter. [diffusion] sets the timestep density, loss weighting, EMA, text dropout and validation.
+Exports land in output_dir/safetensors/step_N/: a full pipeline for DiffusionPipeline.from_pretrained, or lora/
+for pipe.load_lora_weights.
+
+Examples:
+
+  cosmos-train diffusion-sft --config examples/diffusion_sft/tiny_sd3_lora.toml
+
+  cosmos-train diffusion-sft -c job.toml --set diffusion.ema_decay=0.999
+
+  accelerate launch --multi_gpu --num_processes 8 -m cosmos_train diffusion-sft -c job.toml
+""",
+    ),
+    _diffusion_rl(
+        "nft",
+        "nft",
+        """DiffusionNFT: online RL of a diffusers pipeline's transformer through the forward process.
+
+A lagged old policy samples K images/videos per prompt (no CFG), rewards rank them, and the model learns from
+implicit positive and negative policies on re-noised samples. [rewards] maps image/video rewards (built-ins,
+package.module:function or remote:<name>) to weights.
+
+Examples:
+
+  cosmos-train nft --config examples/diffusion_rl/tiny_sd3_nft.toml
+
+  accelerate launch --multi_gpu --num_processes 8 -m cosmos_train nft -c job.toml
+""",
+    ),
+    _diffusion_rl(
+        "flow-grpo",
+        "flow_grpo",
+        """FlowGRPO: online RL of a diffusers pipeline's transformer over the steps of an SDE sampler.
+
+The current policy samples K images/videos per prompt (CFG as [rollout] guidance_scale), storing each step's
+log-prob; rewards rank them, and the model trains GRPO's clipped ratio objective on a subset of the steps, plus a
+KL to the frozen base.
+
+Examples:
+
+  cosmos-train flow-grpo --config examples/diffusion_rl/tiny_sana_flow_grpo.toml
+
+  accelerate launch --multi_gpu --num_processes 8 -m cosmos_train flow-grpo -c job.toml
+""",
+    ),
+    _diffusion_rl(
+        "ddrl",
+        "ddrl",
+        """DDRL: FlowGRPO's rollouts and reward term, regularised by data instead of a KL to the base.
+
+[ddrl] data_beta weighs the flow-matching loss on [real_data] (pairs, or the Cosmos-Predict2.5 videos/ + metas/
+layout); for video families the data term mixes t2v and i2v by the number of conditional frames.
+
+Examples:
+
+  cosmos-train ddrl --config examples/diffusion_rl/tiny_sana_ddrl.toml
+
+  accelerate launch --multi_gpu --num_processes 8 -m cosmos_train ddrl -c job.toml
+""",
+    ),
+)
+
+_registered: dict[str, JobKind] = {}
+
+
+def register(kind: JobKind) -> JobKind:
+    """Add a kind to the registry (it then has a command, and `validate-config` and `export` know it)."""
+    if kind.family not in EXPORTERS:
+        raise ValueError(f"kind '{kind.name}': family must be one of {', '.join(EXPORTERS)}")
+    _registered[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    _registered.pop(name, None)
+
+
+def job_kinds() -> dict[str, JobKind]:
+    """Every kind by name: the built-ins, those registered, and those of installed packages' entry points."""
+    kinds = {kind.name: kind for kind in BUILTIN_KINDS}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        kind = entry.load()
+        if isinstance(kind, JobKind):
+            kinds[kind.name] = kind
+    return kinds | _registered
+
+
+def kind_named(name: str, source: str, search_path: str | Path | None = None) -> JobKind:
+    """The kind a job names: a registered name, or a `package.module:KIND` reference (imported from `sys.path`
+    or `search_path`, the job file's folder). Raises a one-line ConfigError naming `source`."""
+    known = job_kinds()
+    if name in known:
+        return known[name]
+    if is_reference(name):
+        try:
+            kind = load_reference(name, search_path)
+        except ReferenceError as error:
+            raise ConfigError(f"{source}: kind '{name}': {error}") from None
+        if not isinstance(kind, JobKind):
+            raise ConfigError(
+                f"{source}: kind '{name}' is a {type(kind).__name__}, not a cosmos_train JobKind"
+            )
+        return dataclasses.replace(kind, name=name)  # the record names it as the job did, so it reruns
+    raise ConfigError(
+        f"{source}: kind '{name}' is not a job kind; expected one of {', '.join(known)} "
+        f"or 'package.module:KIND'{suggest(name, list(known))}"
+    )

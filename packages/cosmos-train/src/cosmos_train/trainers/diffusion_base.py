@@ -1,0 +1,167 @@
+"""What every diffusion trainer shares, on transformers' `Trainer`: the model adapter, copies of the trained
+weights kept beside them (the EMA; an algorithm's own, such as DiffusionNFT's old policy), saved inside each
+checkpoint, validation samples, and the exports users load (`output_dir/safetensors/step_N/`).
+
+Algorithms (flow-matching SFT, and the RL trainers) subclass `DiffusionTrainer` and write `compute_loss`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerCallback
+
+from ..diffusion.adapter import DiffusionAdapter
+from ..diffusion.export import export_pipeline
+from ..diffusion.loading import load_adapter, prepare_training
+from ..diffusion.weights import ExponentialAverage, ParameterCopy
+from .common import CrashSafeTrainerMixin
+
+logger = logging.getLogger(__name__)
+
+EXPORTS = "safetensors"  # output_dir/safetensors/step_N/: what users load
+
+
+class AfterEachStep(TrainerCallback):
+    """Updates a weight copy (the EMA, an old policy) after every optimizer step."""
+
+    def __init__(self, copy: ParameterCopy):
+        self.copy = copy
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.copy.update()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validation samples
+
+
+class ValidationCallback(TrainerCallback):
+    """Every `every` steps, generate the validation prompts with fixed seeds (EMA weights when kept) and write
+    a PNG grid (images) or one MP4 per prompt (videos) under `output_dir/samples/step_N/`, and to TensorBoard
+    when it is a tracker."""
+
+    def __init__(self, trainer: DiffusionTrainer, prompts: list[str], every: int, generate_kwargs: dict):
+        self.trainer, self.prompts, self.every, self.generate_kwargs = (
+            trainer,
+            prompts,
+            every,
+            generate_kwargs,
+        )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0 and state.is_world_process_zero:
+            self.write(Path(args.output_dir) / "samples" / f"step_{state.global_step}", state.global_step)
+
+    def write(self, folder: Path, step: int) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        with self.trainer.weights_for_export():
+            media = self.trainer.adapter.generate(self.prompts, **self.generate_kwargs)
+        (folder / "prompts.json").write_text(json.dumps(self.prompts, indent=1))
+        if media.dim() == 4:  # B x 3 x H x W in [0, 1]
+            from torchvision.utils import make_grid, save_image
+
+            save_image(media, folder / "grid.png", nrow=min(len(self.prompts), 4))
+            self._to_tensorboard(make_grid(media, nrow=min(len(self.prompts), 4)), step)
+        else:  # B x T x 3 x H x W
+            from ..diffusion.media_io import write_mp4
+
+            for index, frames in enumerate(media):
+                write_mp4(folder / f"{index:02d}.mp4", frames, fps=self.generate_kwargs.get("fps", 8))
+        logger.info("validation samples written to %s", folder)
+        return folder
+
+    def _to_tensorboard(self, grid: torch.Tensor, step: int) -> None:
+        """Into the run's own TensorBoard log (transformers' callback owns the writer), when it is a tracker."""
+        from transformers.integrations import TensorBoardCallback
+
+        for callback in self.trainer.callback_handler.callbacks:
+            if isinstance(callback, TensorBoardCallback) and callback.tb_writer is not None:
+                callback.tb_writer.add_image("validation", grid, step)
+                callback.tb_writer.flush()
+
+
+def _diffusers_safe_tensorboard(trainer: Trainer) -> None:
+    """transformers' TensorBoard callback writes `model.config.to_json_string()` at the start, which a
+    diffusers model's config (a FrozenDict) lacks: give it a subclass that skips the model config."""
+    from transformers.integrations import TensorBoardCallback
+
+    class DiffusersTensorBoardCallback(TensorBoardCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            kwargs.pop("model", None)
+            super().on_train_begin(args, state, control, **kwargs)
+
+    for callback in list(trainer.callback_handler.callbacks):
+        if type(callback) is TensorBoardCallback:
+            trainer.callback_handler.remove_callback(callback)
+            trainer.callback_handler.add_callback(DiffusersTensorBoardCallback(callback.tb_writer))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The trainer base
+
+
+class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
+    """transformers' `Trainer` on a pipeline's transformer, with weight copies kept in checkpoints and a loadable
+    pipeline (or LoRA) written beside each checkpoint. Subclasses implement `compute_loss`."""
+
+    def __init__(
+        self, adapter: DiffusionAdapter, ema_decay: float | None = None, lora: dict | None = None, **kwargs
+    ):
+        super().__init__(model=adapter.transformer, **kwargs)
+        self.adapter = adapter
+        self.lora = lora  # {"r", "alpha", "target_modules"} when a LoRA is trained
+        self.model_accepts_loss_kwargs = False  # our loss is a mean: Trainer scales it for accumulation
+        _diffusers_safe_tensorboard(self)
+        self.saved_copies: list[ParameterCopy] = []  # saved in each checkpoint, restored on resume
+        self.ema = (
+            self.keep_updated(ExponentialAverage(adapter.transformer, ema_decay)) if ema_decay else None
+        )
+
+    def keep_updated(self, copy: ParameterCopy) -> ParameterCopy:
+        """Update `copy` after every optimizer step and keep it in checkpoints."""
+        self.add_callback(AfterEachStep(copy))
+        self.saved_copies.append(copy)
+        return copy
+
+    def weights_for_export(self):
+        """Validation and exports use the EMA weights when the job keeps an EMA."""
+        return self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
+
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        if resume_from_checkpoint:
+            for copy in self.saved_copies:
+                copy.load(Path(resume_from_checkpoint))
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        # Also called inside each checkpoint save, so the copies land before the COMPLETE marker.
+        super().save_model(output_dir, _internal_call)
+        if self.args.should_save:
+            for copy in self.saved_copies:
+                copy.save(Path(output_dir or self.args.output_dir))
+
+    def _save_extra_state(self, checkpoint: Path) -> None:
+        self.export(Path(self.args.output_dir) / EXPORTS / f"step_{self.state.global_step}")
+
+    def export(self, folder: Path) -> Path:
+        """Write what users load (`export_pipeline`), with the EMA weights when kept."""
+        if self.args.should_save:
+            with self.weights_for_export():
+                export_pipeline(self.adapter, folder, self.lora, overwrite=True)
+        return folder
+
+
+def load_for_training(job) -> tuple[DiffusionAdapter, dict | None]:
+    """The job's pipeline and adapter, made trainable as `[lora]` says (`prepare_training`), with gradient
+    checkpointing when `[train]` asks. Seeded first: reruns of a job start from the same LoRA weights."""
+    from transformers import set_seed
+
+    set_seed(job.args.seed)
+    adapter = load_adapter(job.config.model, job.config.adapter_options())
+    lora = prepare_training(adapter, job.config.lora, bool(job.config.train.gradient_checkpointing))
+    return adapter, lora

@@ -1,0 +1,50 @@
+"""The toy algorithm: samples by the current policy (Euler, no CFG), then flow matching towards each sample,
+weighted by its group-normalised advantage: samples better than their group are pulled closer, worse ones
+pushed away."""
+
+import torch
+
+from cosmos_train.diffusion.flow import add_noise
+from cosmos_train.diffusion.sampling import ode_sample, sigma_grid
+from cosmos_train.trainers.diffusion_rl import DiffusionRLTrainer
+
+
+class ToyTrainer(DiffusionRLTrainer):
+    def __init__(self, adapter, rewards, job, lora=None, **kwargs):
+        super().__init__(adapter, rewards, job, ema_decay=job.toy.ema_decay, lora=lora, **kwargs)
+        self.timesteps = job.train_timesteps()
+
+    def rollout(self, prompts, metadata):
+        conditioning = self.conditioning(prompts)
+        grid = sigma_grid(self.adapter, self.rollout_config.sampling_steps, self.adapter.device)
+        x0 = ode_sample(
+            self.adapter, self.adapter.transformer, self.noise(len(prompts)), conditioning, grid, "euler"
+        )
+        return {"latents_for_reward": x0, "x0": x0, "conditioning": conditioning}
+
+    def micro_batches(self, rollout):
+        rows, size = rollout["x0"].shape[0], self.rollout_config.train_batch_size
+        batches = []
+        for _ in range(self.timesteps):
+            for start in range(0, rows, size):
+                index = slice(start, start + size)
+                x0 = rollout["x0"][index]
+                batches.append(
+                    {
+                        "x0": x0,
+                        "noise": torch.randn_like(x0),
+                        "sigmas": torch.rand(x0.shape[0]),
+                        "advantages": rollout["advantages"][index],
+                        "conditioning": {k: v[index] for k, v in rollout["conditioning"].items()},
+                    }
+                )
+        return batches
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        x0, noise, sigmas = inputs["x0"], inputs["noise"], inputs["sigmas"]
+        prediction = self.adapter.predict_velocity(
+            model, add_noise(x0, noise, sigmas), sigmas, inputs["conditioning"]
+        )
+        per_sample = ((prediction.float() - (noise - x0)) ** 2).mean(dim=tuple(range(1, x0.dim())))
+        loss = (inputs["advantages"].clamp(-1, 1) * per_sample).mean()
+        return (loss, None) if return_outputs else loss
