@@ -770,14 +770,13 @@ def test_a_job_without_kind_is_a_job_of_the_command_that_runs_it(tmp_path, files
     )
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.kind}:{case.name}")
-def test_malformed_job_is_one_line_naming_the_key(tmp_path, files, app, case):
+def _refused_in_one_line(tmp_path, files, app, case: Case, command: str = "validate-config") -> None:
     job = _folder(tmp_path, files) / "job.toml"
     if isinstance(case.text, bytes):
         job.write_bytes(case.text)
     else:
         job.write_text(case.text)
-    args = ["validate-config", str(job)]
+    args = ["validate-config", str(job)] if command == "validate-config" else [command, "-c", str(job)]
     for override in case.overrides:
         args += ["--set", override]
     result = CliRunner().invoke(app, args)
@@ -790,6 +789,43 @@ def test_malformed_job_is_one_line_naming_the_key(tmp_path, files, app, case):
         assert str(job) in message, message
     for part in case.expect:
         assert part in message, (part, message)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.kind}:{case.name}")
+def test_malformed_job_is_one_line_naming_the_key(tmp_path, files, app, case):
+    _refused_in_one_line(tmp_path, files, app, case)
+
+
+SOURCE_CASES = [case for kind in job_kinds() for case in source_cases(kind)]
+
+
+@pytest.mark.parametrize("case", SOURCE_CASES, ids=lambda case: f"{case.kind}:{case.name}")
+def test_training_commands_refuse_a_missing_model_or_reward_in_one_line(tmp_path, files, app, case):
+    """Each trainer's own command, not only validate-config: before any model loads, exit 2."""
+    _refused_in_one_line(tmp_path, files, app, case, command=case.kind)
+
+
+def test_a_registered_kind_is_fuzzed_without_an_edit_here(tmp_path_factory, files):
+    """A new algorithm (its files and one registry entry, `tests/toy_algorithm/`) gets a good job made from its
+    schema and every generated case."""
+    from toy_algorithm import TOY_KIND
+
+    from cosmos_train.kinds import register, unregister
+
+    register(TOY_KIND)
+    try:
+        app = build_app()
+        good = tmp_path_factory.mktemp("toy-good")
+        job = _folder(good, files) / "job.toml"
+        job.write_text(good_job(TOY_KIND.name))
+        result = CliRunner().invoke(app, ["validate-config", str(job)])
+        assert result.exit_code == 0 and "ok (toy-rl job)" in result.stdout, result.output
+        cases = generated_cases(TOY_KIND.name) + source_cases(TOY_KIND.name)
+        assert len(cases) >= 20 and any(case.name.startswith("toy.") for case in cases)
+        for case in cases:
+            _refused_in_one_line(tmp_path_factory.mktemp("toy"), files, app, case)
+    finally:
+        unregister(TOY_KIND.name)
 
 
 def test_a_folder_given_as_the_job_file(tmp_path):

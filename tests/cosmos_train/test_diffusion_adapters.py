@@ -270,3 +270,18 @@ def test_cosmos_condition_frames_drawn_from_the_mix(folders):
     assert torch.equal(first, draw(mix))  # no generator: the global RNG
     with pytest.raises(ValueError, match="t2i"):
         draw({"t2i": 1.0})
+
+
+def test_sd3_says_once_that_long_prompts_are_truncated(capfd, caplog):
+    """diffusers warns on every encode (each training step) and shows the cut text as ''; the adapter says it
+    once, with the limits."""
+    from cosmos_train.diffusion.sd3 import StableDiffusion3Adapter
+    from cosmos_train.tiny_pipelines import build_sd3
+
+    adapter = StableDiffusion3Adapter(build_sd3(), AdapterOptions(max_sequence_length=16))
+    with torch.no_grad():
+        for _ in range(3):
+            adapter.encode_prompts(["a yellow triangle on a white background", ""])
+    messages = capfd.readouterr().err + caplog.text
+    assert messages.count("truncated") == 0, messages
+    assert messages.count("lose their ends") == 1 and "T5 max_sequence_length 16" in messages, messages

@@ -389,6 +389,24 @@ def test_cache_hits_on_the_second_run_and_batches_ragged_conditioning(image_pair
     assert all(torch.equal(plain["conditioning"][k], v) for k, v in batch["conditioning"].items())
 
 
+def test_the_same_image_with_two_captions_is_two_entries(tmp_path):
+    """The key holds the caption: one image captioned twice caches two text embeddings, each its own caption's."""
+    folder = tmp_path / "pairs"
+    write_pair(folder, "0000", record={"prompt": "a red square"}, color=RED)
+    write_pair(folder, "0001", record={"prompt": "a crimson block"}, color=RED)  # the same image bytes
+    assert (folder / "0000.png").read_bytes() == (folder / "0001.png").read_bytes()
+    dataset, _ = load_pairs(section(folder), video=False)
+    adapter = CountingAdapter()
+    cached = cache_pairs(dataset, adapter, tmp_path / "cache")
+    assert (
+        cached.digests[0] != cached.digests[1] and adapter.prompt_calls == 3
+    )  # two captions + the empty one
+    for index, caption in enumerate(("a red square", "a crimson block")):
+        with torch.no_grad():
+            expected = adapter.encode_prompts([caption])["prompt_embeds"][0]
+        assert torch.equal(cached[index]["conditioning"]["prompt_embeds"], expected), caption
+
+
 def test_a_changed_encoder_invalidates_the_cache(image_pairs, tmp_path):
     cache_pairs(image_pairs, CountingAdapter(), tmp_path / "cache")
     before = cache_files(tmp_path / "cache")

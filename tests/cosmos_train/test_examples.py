@@ -195,3 +195,26 @@ def test_make_tiny_refuses_unknown_kinds_and_existing_folders(tmp_path):
     assert all(kind in listed and description in listed for kind, description in tiny.KINDS.items())
     existing = runner.invoke(app, ["make-tiny", "qwen3", str(tmp_path)])
     assert existing.exit_code == 2 and "already exists" in existing.stderr
+
+
+def test_a_copied_examples_folder_keeps_working(tmp_path, stand_ins):
+    """`cp -r examples/ elsewhere`: no links to break, and the sample data equal the package's own copy."""
+    import filecmp
+    import shutil
+
+    from cosmos_train.samples import pairs_dir, shapes_dir
+
+    assert not [path for path in (REPO / "examples").rglob("*") if path.is_symlink()]
+    for ours, packaged in (
+        (REPO / "examples" / "data" / "pairs", pairs_dir()),
+        (REPO / "examples" / "data" / "shapes", shapes_dir()),
+    ):
+        compared = filecmp.dircmp(ours, packaged)
+        assert not (compared.left_only or compared.right_only or compared.diff_files), ours
+        assert all(filecmp.cmp(ours / name, packaged / name, shallow=False) for name in compared.common_files)
+    copy = shutil.copytree(REPO / "examples", tmp_path / "examples", symlinks=True)
+    recipe = copy / "diffusion_sft" / "tiny_sd3_lora.toml"
+    result = CliRunner().invoke(
+        app, ["validate-config", str(recipe), "--set", f"model.name_or_path={stand_ins['sd3']}"]
+    )
+    assert result.exit_code == 0, result.output

@@ -15,16 +15,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from grpo_helpers import TOY_REWARD, grpo_job
 from sft_helpers import REPO, SHAPES
 from transformers import AutoProcessor, TrainerCallback
+from typer.testing import CliRunner
 
 from cosmos_train import testing as tiny
+from cosmos_train.cli import app
 from cosmos_train.data import load_video
 from cosmos_train.jobs import read_job
 from cosmos_train.rewards import RewardError
 from cosmos_train.trainers.grpo_trainer import EpochSeededRepeatSampler, _merge_rollouts, run_grpo
 
-TOY_REWARD = "toy_rewards:lowercase"
 LEARN = {
     "max_steps": 20,
     "learning_rate": 1e-2,
@@ -60,33 +62,6 @@ def video_prompts(tmp_path_factory):
         {"image": "images/red_square.png", "conversations": [{"from": "human", "value": "<image>\nShape?"}, {"from": "gpt", "value": "C"}]},
     ]  # fmt: skip
     path.write_text(json.dumps(records))
-    return path
-
-
-def grpo_job(folder, model, *, data=None, rewards=None, train=None, extra="", data_format="jsonl"):
-    data = data or SHAPES / "text.jsonl"
-    settings = {
-        "output_dir": str(folder / "run"),
-        "max_steps": 3,
-        "per_device_train_batch_size": 4,
-        "num_generations": 4,
-        "max_completion_length": 8,
-        "learning_rate": 1e-3,
-        "logging_steps": 1,
-        "save_steps": 1000,
-        "report_to": "none",
-        "seed": 0,
-    } | (train or {})
-    rewards = rewards or {TOY_REWARD: 1.0}
-    text = (
-        f'kind = "grpo"\n[model]\nname_or_path = "{model}"\n'
-        f'[data]\nformat = "{data_format}"\npath = "{data}"\nmedia_dir = "{SHAPES}"\nmax_frames = 4\n'
-        "[rewards]\n" + "".join(f'"{name}" = {weight}\n' for name, weight in rewards.items())
-        + "[train]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
-        + extra
-    )  # fmt: skip
-    path = folder / "job.toml"
-    path.write_text(text)
     return path
 
 
@@ -268,6 +243,28 @@ def test_failing_reward_stops_the_run_naming_reward_and_completion(tmp_path, tex
     assert not (tmp_path / "run" / "model.safetensors").exists()
 
 
+def test_a_reward_returning_the_wrong_number_of_values_stops_the_run_in_one_line(
+    tmp_path, text_lm, monkeypatch
+):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "short_rewards.py").write_text("def one_value(completions, **kw):\n    return [1.0]\n")
+    job = grpo_job(tmp_path, text_lm, rewards={"short_rewards:one_value": 1.0})
+    result = CliRunner().invoke(app, ["grpo", "-c", str(job)])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "reward 'short_rewards:one_value' returned 1 values for 4 completions" in errors[0]
+
+
+def test_shared_prompt_rollouts_take_one_token_prompts(tmp_path, text_lm):
+    """Every prompt one token long: nothing to prefill before the last token, so TRL's own generation runs."""
+    data = tmp_path / "letters.jsonl"
+    data.write_text("".join(json.dumps({"prompt": letter}) + "\n" for letter in "abcd"))
+    trainer = run_grpo(read_job(grpo_job(tmp_path, text_lm, data=data, train={"max_steps": 1})))
+    assert trainer.rollout.shared_prompt and trainer.state.global_step == 1
+    assert all(len(trainer.processing_class(letter).input_ids) == 1 for letter in "abcd")
+
+
 def test_grpo_learns_from_a_remote_reward(tmp_path, text_lm, monkeypatch):
     """The toy reward hosted by an HTTP reward service (the contract's test double), scored asynchronously."""
     from reward_service_double import serve
@@ -289,10 +286,7 @@ def test_grpo_learns_from_a_remote_reward(tmp_path, text_lm, monkeypatch):
 def test_remote_reward_service_down_fails_before_the_model_loads(tmp_path, text_lm, monkeypatch):
     import socket
 
-    from typer.testing import CliRunner
-
     import cosmos_train.trainers.grpo_trainer as grpo_trainer
-    from cosmos_train.cli import app
 
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
@@ -326,66 +320,6 @@ def test_an_epochs_prompt_order_does_not_depend_on_the_epochs_before():
     assert list(fresh) == orders[2] and orders[1] != orders[0]
     trl = RepeatSampler(range(7), mini_repeat_count=2, batch_size=3, repeat_count=2, seed=0)
     assert orders[0] == list(trl)  # epoch 0 keeps TRL's order
-
-
-@pytest.mark.slow
-def test_sigkill_then_resume_gives_bit_equal_weights(tmp_path, text_lm):
-    """A LoRA GRPO run killed after a checkpoint resumes to the same adapter as an uninterrupted run: rollouts
-    are sampled again from the restored RNG state. Six prompts, two per rollout and a rollout every two steps
-    (`steps_per_generation`): each epoch is 6 steps, so the run kills in its second epoch (whose prompt order
-    must be that epoch's, not the first's) at step 9, inside a generation cycle (step 10 trains on step 9's
-    rollout). The reward module sits beside the job file."""
-    import os
-    import shutil
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from safetensors.torch import load_file
-    from sft_helpers import cli
-
-    from cosmos_train.checkpoints import is_complete
-
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join((SHAPES / "text.jsonl").read_text().splitlines(keepends=True)[:6]))
-    train = {
-        "max_steps": 12,
-        "save_steps": 3,
-        "steps_per_generation": 2,
-        "learning_rate": 1e-2,
-        "resume_from_checkpoint": True,
-    }
-    runs = {}
-    for name in ("reference", "killed"):
-        folder = tmp_path / name
-        folder.mkdir()
-        shutil.copy(REPO / "examples" / "grpo" / "toy_rewards.py", folder)
-        runs[name] = grpo_job(folder, text_lm, data=prompts, train=train, extra="[lora]\nr = 4\nalpha = 8\n")
-    reference = run_grpo(read_job(runs["reference"]))  # the uninterrupted run, in this process
-    assert reference.state.epoch == 2
-
-    run = tmp_path / "killed" / "run"
-    exe = Path(sys.executable).with_name("cosmos-train")
-    process = subprocess.Popen(
-        [exe, "grpo", "--config", runs["killed"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    deadline = time.monotonic() + 600
-    while not is_complete(run / "checkpoint-9") and time.monotonic() < deadline:
-        assert process.poll() is None, "training ended before it could be killed"
-        time.sleep(0.005)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait(timeout=60)
-    assert not (run / "adapter_model.safetensors").exists() and not is_complete(run / "checkpoint-12")
-
-    resumed = cli("grpo", "--config", runs["killed"])
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from" in resumed.stderr
-    reference = load_file(tmp_path / "reference" / "run" / "adapter_model.safetensors")
-    final = load_file(run / "adapter_model.safetensors")
-    assert final.keys() == reference.keys()
-    for name in reference:
-        assert torch.equal(final[name], reference[name]), name
 
 
 @pytest.mark.parametrize("family", ["qwen3", "qwen3_vl", "cosmos3"])

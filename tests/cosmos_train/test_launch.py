@@ -341,6 +341,25 @@ def test_zero2_two_processes(tmp_path, reasoner, reference, reference_weights):
     _assert_same_training(run, reference, weights, reference_weights, rtol=1e-4, atol=5e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["zero2", "zero3"])
+def test_zero_job_as_one_plain_process(tmp_path, reasoner, reference, reference_weights, backend):
+    """`cosmos-train sft -c job.toml` with a ZeRO backend and no launcher: the same job on one process, as the
+    README says (DeepSpeed would otherwise look for MPI)."""
+    run = _run(
+        f"{backend}, one plain process",
+        [BIN / "cosmos-train"],
+        tmp_path / "job",
+        reasoner,
+        {"gradient_accumulation_steps": 2},
+        [f"launch.backend={backend}"],
+    )
+    assert _zero_shards(run)["optim"] == ["zero_pp_rank_0_mp_rank_00_optim_states.pt"]
+    _assert_world_size(run, world_size=1, accumulation=2)
+    weights = _reasoner_weights(run.output)
+    _assert_same_training(run, reference, weights, reference_weights, rtol=1e-4, atol=5e-5)
+
+
 def _text_data(path: Path) -> Path:
     """16 chat records whose answers differ in length, so ranks see different token counts."""
     words = ["red", "green", "blue", "yellow", "purple", "orange", "black", "white"]

@@ -1,25 +1,20 @@
 """DiffusionNFT (`cosmos-train nft`): it raises a weight-free reward on tiny offline pipelines of two
-families, keeps its old policy (a copy of the trained parameters) apart from the EMA in checkpoints,
-resumes bit-equal after SIGKILL, and refuses what it cannot do correctly."""
+families, keeps its old policy (a copy of the trained parameters) apart from the EMA in checkpoints, and
+refuses what it cannot do correctly. Its SIGKILL resume is tested with the other RL trainers' (test_rl_resume.py)."""
 
 from __future__ import annotations
 
 import os
-import signal
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from diffusion_helpers import model_section
 from safetensors.torch import load_file
-from sft_helpers import REPO, cli
+from sft_helpers import REPO
 from typer.testing import CliRunner
 
-from cosmos_train.checkpoints import is_complete
 from cosmos_train.cli import app
 from cosmos_train.diffusion.adapter import adapter_class_for, pipeline_class_name
 from cosmos_train.diffusion.weights import ExponentialAverage, OldPolicy, old_policy_decay
@@ -108,53 +103,6 @@ def test_old_policy_is_a_lagged_copy_swapped_in_for_its_forwards():
         assert torch.allclose(model.weight, 0.1 * before + 0.9 * trained)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
-def test_sigkill_then_resume_is_bit_equal_with_old_policy_and_ema(tmp_path, tiny, lora):
-    """The old policy and the EMA are both in each checkpoint, under their own names, and a killed run
-    resumes to the same weights, old policy and EMA as an uninterrupted one."""
-    model = tiny("sd3")
-    train = {"max_steps": 4, "save_steps": 2}
-    reference_dir = tmp_path / "reference"
-    reference_dir.mkdir()
-    done = cli("nft", "-c", write_nft_job(reference_dir, model, lora=lora, train=train), env=ONE_THREAD)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-    killed_dir = tmp_path / "killed"
-    killed_dir.mkdir()
-    job = write_nft_job(killed_dir, model, lora=lora, train=train | {"resume_from_checkpoint": "true"})
-    exe = Path(sys.executable).with_name("cosmos-train")
-    process = subprocess.Popen(
-        [exe, "nft", "-c", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ONE_THREAD
-    )
-    run = killed_dir / "run"
-    deadline = time.monotonic() + 600
-    while not is_complete(run / "checkpoint-2") and time.monotonic() < deadline:
-        assert process.poll() is None, "training ended before it could be killed"
-        time.sleep(0.01)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait(timeout=60)
-    assert not (run / "model.safetensors").exists()
-
-    checkpoint = run / "checkpoint-2"
-    weights = load_file(checkpoint / "model.safetensors")
-    # The model's own weights in model.safetensors (no second adapter); the old policy and the EMA each in a file
-    # of their own, under the trained parameters' names.
-    old_policy, ema = load_file(checkpoint / OLD_POLICY_FILE), load_file(checkpoint / EMA_FILE)
-    assert old_policy.keys() == ema.keys() and set(old_policy) < set(weights)
-    assert all((".lora_" in key) == lora for key in old_policy) and not any(".old." in key for key in weights)
-
-    resumed = cli("nft", "-c", job, env=ONE_THREAD)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from" in resumed.stderr
-    names = ["model.safetensors", EMA_FILE, OLD_POLICY_FILE]
-    for name in names:
-        final, reference = load_file(run / name), load_file(reference_dir / "run" / name)
-        assert final.keys() == reference.keys(), name
-        for key in reference:
-            assert torch.equal(final[key], reference[key]), (name, key)
-
-
 def test_guidance_is_refused(tmp_path, tiny):
     job = write_nft_job(tmp_path, Path("model"))
     text = job.read_text().replace("[rollout]\n", "[rollout]\nguidance_scale = 4.5\n")
@@ -186,6 +134,12 @@ def test_every_family_samples_scores_and_trains(tmp_path, tiny, family):
     curve = rewards(trainer)
     assert len(curve) == 2 and all(0.0 <= value <= 1.0 for value in curve), curve
     assert (Path(trainer.args.output_dir) / "safetensors" / "step_2").is_dir()
+    # The model's own weights (no second adapter), and the old policy and the EMA each in a file of their own,
+    # under the trained parameters' names.
+    run = Path(trainer.args.output_dir)
+    weights, old, ema = (load_file(run / name) for name in ("model.safetensors", OLD_POLICY_FILE, EMA_FILE))
+    assert old.keys() == ema.keys() and set(old) < set(weights) and not any(".old." in key for key in weights)
+    assert all(".lora_" in key for key in old)
 
 
 @pytest.mark.slow

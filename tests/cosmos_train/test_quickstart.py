@@ -110,3 +110,18 @@ def test_cli_help_lists_commands():
     exe = Path(sys.executable).with_name("cosmos-train")
     result = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "quickstart" in result.stdout
+
+
+def test_an_output_dir_that_cannot_be_written_is_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from cosmos_train.cli import app
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = CliRunner().invoke(app, ["quickstart", "--output-dir", str(blocker / "out")])
+    assert result.exit_code == 2, result.output
+    assert (
+        result.stderr.strip()
+        == f"error: cannot write {blocker / 'out'} (Not a directory); pick another --output-dir"
+    )

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -65,3 +67,28 @@ def test_save_tiny_model_names_the_kinds_on_an_unknown_one(tmp_path):
     with pytest.raises(ValueError, match="qwen3, qwen3_vl, qwen2_5_vl, cosmos3"):
         save_tiny_model("llama", tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+def test_tiny_pipelines_load_in_plain_diffusers(tiny_pipeline):
+    """Without cosmos-train imported: a component of its own ships as a diffusers custom component."""
+    import subprocess
+    import sys
+
+    from cosmos_train.tiny_pipelines import PIPELINES
+
+    code = (
+        "import sys\n"
+        "from diffusers import DiffusionPipeline\n"
+        "for folder in sys.argv[1:]:\n"
+        "    pipeline = DiffusionPipeline.from_pretrained(folder, trust_remote_code=True)\n"
+        "    print(type(pipeline).__name__)\n"
+        "assert not any(name.startswith('cosmos_train') for name in sys.modules)\n"
+    )
+    folders = [str(tiny_pipeline(family)) for family in sorted(PIPELINES)]
+    for folder in folders:
+        assert "cosmos_train" not in (Path(folder) / "model_index.json").read_text()
+    result = subprocess.run(
+        [sys.executable, "-c", code, *folders], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(result.stdout.split()) == len(folders)

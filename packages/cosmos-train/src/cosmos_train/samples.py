@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# The package folder is the one copy: wheels, sdists and editable installs all carry it, and the
-# repo's `examples/data/shapes` and `examples/data/pairs` are symlinks to it (for the example jobs'
-# relative paths).
+# Wheels, sdists and editable installs all carry the package's copy. The repo's `examples/data/shapes` and
+# `examples/data/pairs` are plain copies (the example jobs name them by relative paths, and a copied examples/
+# folder must keep working); a test checks they are equal.
 SAMPLE_DATA = Path(__file__).parent / "_sample_data"
 
 

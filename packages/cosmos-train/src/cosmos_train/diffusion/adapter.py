@@ -17,8 +17,11 @@ Conventions every adapter keeps (rectified flow, `docs/diffusion-algorithms.md`)
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import pkgutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -290,6 +293,42 @@ def adapter_class_for(class_name: str, reference: str | None = None) -> type[Dif
             "(to add one, write a DiffusionAdapter subclass, see DEVELOPERS.md)"
         )
     return known[class_name]
+
+
+class _Truncations(logging.Filter):
+    """Drops a pipeline's per-call "... was truncated ..." warnings, counting them."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "was truncated" in record.getMessage():
+            self.count += 1
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def truncation_warned_once(adapter: DiffusionAdapter, limits: str) -> Iterator[None]:
+    """Prompt encoding in which the pipeline's truncation warnings (one per call, so one per training step, and
+    showing the cut text as '' when `max_sequence_length` is set) become one warning per adapter, naming the
+    text encoders' `limits`."""
+    pipeline_logger = logging.getLogger(type(adapter.pipeline).__module__)
+    truncations = _Truncations()
+    pipeline_logger.addFilter(truncations)
+    try:
+        yield
+    finally:
+        pipeline_logger.removeFilter(truncations)
+    if truncations.count and not getattr(adapter, "_warned_truncation", False):
+        adapter._warned_truncation = True
+        logging.getLogger(__name__).warning(
+            "%s: prompts longer than the text encoders take (%s) lose their ends; raise max_sequence_length "
+            "([diffusion] or [rollout]) to keep more (said once)",
+            adapter.pipeline_class,
+            limits,
+        )
 
 
 def _call_parameters(pipeline) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .adapter import DiffusionAdapter
+from .adapter import DiffusionAdapter, call_default, truncation_warned_once
 
 
 class StableDiffusion3Adapter(DiffusionAdapter):
@@ -13,12 +13,17 @@ class StableDiffusion3Adapter(DiffusionAdapter):
     lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
-        kwargs = {}
-        if self.options.max_sequence_length:
-            kwargs["max_sequence_length"] = self.options.max_sequence_length
-        embeds, _, pooled, _ = self.pipeline.encode_prompt(
-            prompts, prompts, prompts, device=self.device, do_classifier_free_guidance=False, **kwargs
-        )
+        length = self.options.max_sequence_length or call_default(self.pipeline, "max_sequence_length")
+        limits = f"CLIP {self.pipeline.tokenizer_max_length} tokens, T5 max_sequence_length {length}"
+        with truncation_warned_once(self, limits):
+            embeds, _, pooled, _ = self.pipeline.encode_prompt(
+                prompts,
+                prompts,
+                prompts,
+                device=self.device,
+                do_classifier_free_guidance=False,
+                max_sequence_length=length,
+            )
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
 
     def text_encoder_modules(self) -> list[torch.nn.Module]:

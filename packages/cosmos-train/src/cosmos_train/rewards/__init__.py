@@ -440,6 +440,10 @@ def _import_reward(spec: RewardSpec, search_path: str | Path | None) -> Callable
 def _check(name: str, values: Any, completions: list) -> list:
     if not isinstance(values, list | tuple):
         raise RewardError(f"reward '{name}' returned {type(values).__name__}, expected a list of floats")
+    if len(values) != len(completions):
+        raise RewardError(
+            f"reward '{name}' returned {len(values)} values for {len(completions)} completions (one per completion)"
+        )
     for index, value in enumerate(values):
         if value is None:
             continue  # TRL's "not applicable to this sample"

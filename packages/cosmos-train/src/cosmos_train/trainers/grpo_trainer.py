@@ -170,6 +170,7 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         if (
             not self.rollout.shared_prompt
             or group < 2
+            or max(map(len, prompt_ids)) < 2  # nothing to prefill before the last token
             or self.use_vllm
             or self.use_transformers_continuous_batching
             or self.tools

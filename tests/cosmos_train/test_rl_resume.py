@@ -1,0 +1,112 @@
+"""Every RL trainer resumes bit-equal after kill -9, tested the same way: an uninterrupted run; a second run of
+the same job killed (SIGKILL) once a checkpoint of its second epoch is complete; a new process resuming it. The
+trained weights and every copy kept beside them (EMA, DiffusionNFT's old policy) and the final export equal the
+uninterrupted run's to the bit: the prompt order of the resumed epoch, the rollouts (from the restored RNG) and
+the trainers' own state all continue where they stopped.
+
+Each job crosses an epoch boundary after the checkpoint it resumes from (12 colour prompts, 4 a step: 3 steps an
+epoch; GRPO: 6 prompts, 2 a step, a rollout every 2 steps, resumed inside a generation cycle)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from diffusion_rl_helpers import write_rl_job
+from grpo_helpers import grpo_job
+from safetensors.torch import load_file
+from sft_helpers import REPO, SHAPES, cli
+
+from cosmos_train import testing as tiny
+from cosmos_train.checkpoints import is_complete
+
+# Subprocess runs on one thread: two threads per process spin against each other on a busy 2-core machine.
+ONE_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}
+REAL_DATA = f'\n[real_data]\npath = "{REPO / "examples" / "data" / "pairs"}"\nformat = "folder"\nheight = 32\nwidth = 32\n'
+DIFFUSION_TRAIN = {"max_steps": 5, "save_steps": 2, "resume_from_checkpoint": True}
+LORA_EXPORT = "safetensors/step_5/lora/pytorch_lora_weights.safetensors"
+
+
+def nft_job(folder: Path, models, lora: bool) -> tuple[Path, list[str]]:
+    train = DIFFUSION_TRAIN | ({} if lora else {"learning_rate": 1e-3})
+    job = write_rl_job(folder, models("sd3"), kind="nft", train=train, lora=lora)
+    kept = ["model.safetensors", "ema.safetensors", "old_policy.safetensors"]
+    return job, kept + ([LORA_EXPORT] if lora else [])
+
+
+def flow_grpo_job(folder: Path, models) -> tuple[Path, list[str]]:
+    job = write_rl_job(folder, models("sana"), algorithm={"kl_beta": 0.04}, train=DIFFUSION_TRAIN)
+    return job, ["model.safetensors", "ema.safetensors", LORA_EXPORT]
+
+
+def ddrl_job(folder: Path, models) -> tuple[Path, list[str]]:
+    job = write_rl_job(folder, models("sana"), kind="ddrl", train=DIFFUSION_TRAIN, extra=REAL_DATA)
+    return job, ["model.safetensors", "ema.safetensors", LORA_EXPORT]
+
+
+def grpo_lora_job(folder: Path, models) -> tuple[Path, list[str]]:
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "examples" / "grpo" / "toy_rewards.py", folder)  # the reward module beside the job
+    prompts = folder / "prompts.jsonl"
+    prompts.write_text("".join((SHAPES / "text.jsonl").read_text().splitlines(keepends=True)[:6]))
+    train = {"max_steps": 12, "save_steps": 3, "steps_per_generation": 2, "learning_rate": 1e-2}
+    train |= {"resume_from_checkpoint": True}
+    job = grpo_job(folder, models("qwen3"), data=prompts, train=train, extra="[lora]\nr = 4\nalpha = 8\n")
+    return job, ["adapter_model.safetensors"]
+
+
+# kind: (its command, job builder, the checkpoint the killed run stops after)
+CASES = {
+    "nft-lora": ("nft", lambda folder, models: nft_job(folder, models, lora=True), 4),
+    "nft-full": ("nft", lambda folder, models: nft_job(folder, models, lora=False), 4),
+    "flow-grpo": ("flow-grpo", flow_grpo_job, 4),
+    "ddrl": ("ddrl", ddrl_job, 4),
+    "grpo": ("grpo", grpo_lora_job, 9),
+}
+
+
+@pytest.fixture(scope="module")
+def models(tiny_pipeline, tmp_path_factory):
+    text_lm = tiny.save_tiny_text_lm(tmp_path_factory.mktemp("resume") / "qwen3")
+    return lambda family: text_lm if family == "qwen3" else tiny_pipeline(family)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sigkill_then_resume_is_bit_equal(tmp_path, models, case):
+    command, build, checkpoint = CASES[case]
+    (reference_job, kept), (job, _) = (
+        build(tmp_path / "reference", models),
+        build(tmp_path / "killed", models),
+    )
+    done = cli(command, "-c", reference_job, env=ONE_THREAD)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    run = tmp_path / "killed" / "run"
+    exe = Path(sys.executable).with_name("cosmos-train")
+    process = subprocess.Popen(
+        [exe, command, "-c", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ONE_THREAD
+    )
+    deadline = time.monotonic() + 600
+    while not is_complete(run / f"checkpoint-{checkpoint}") and time.monotonic() < deadline:
+        assert process.poll() is None, "training ended before it could be killed"
+        time.sleep(0.005)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    assert not (run / kept[0]).exists()  # the run really did not finish
+
+    resumed = cli(command, "-c", job, env=ONE_THREAD)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from {run / f'checkpoint-{checkpoint}'}" in resumed.stderr
+    for name in kept:
+        final, reference = load_file(run / name), load_file(tmp_path / "reference" / "run" / name)
+        assert final.keys() == reference.keys(), name
+        for key in reference:
+            assert torch.equal(final[key], reference[key]), (case, name, key)
