@@ -60,6 +60,22 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug l
     )
 
 
+class _JobCommand(typer.core.TyperCommand):
+    """A training command whose help ends with its job file's sections and keys, read from the kind's schema
+    when help is asked for (a schema imports TRL: listing the commands should not wait for it)."""
+
+    kind = None
+
+    def format_epilog(self, ctx, formatter) -> None:
+        from .config_reference import text
+
+        super().format_epilog(ctx, formatter)
+        formatter.write_paragraph()
+        formatter.write(
+            "\n".join("  " + line if line else "" for line in text(self.kind).splitlines()) + "\n"
+        )
+
+
 def _training_command(kind):
     """The command of one job kind: read a job of that kind, then train."""
 
@@ -331,7 +347,10 @@ def build_app() -> typer.Typer:
     )
     app.callback()(_root)
     for kind in job_kinds().values():
-        app.command(kind.name, help=kind.help, short_help=kind.summary)(_training_command(kind))
+        command_class = type(f"{kind.name}-command", (_JobCommand,), {"kind": kind})
+        app.command(kind.name, help=kind.help, short_help=kind.summary, cls=command_class)(
+            _training_command(kind)
+        )
     app.command("run")(run)
     app.command("validate-config")(validate_config)
     app.command("export")(export)

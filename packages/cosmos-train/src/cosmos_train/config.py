@@ -62,19 +62,25 @@ class Section(BaseModel):
 
 
 class ModelSection(Section):
+    """`[model]`: the model to train, a transformers model (an LM or VLM)."""
+
     name_or_path: Annotated[str, JobPath(hub_id=True)] = Field(
         description="Hub id or local folder, in any Cosmos3 checkpoint layout."
     )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights' dtype when loading ('auto': the checkpoint's)."
+    )
     attn_implementation: (
         Literal["eager", "sdpa", "segment_sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"]
         | None
-    ) = None
+    ) = Field(None, description="transformers' attention kernel (default: sdpa; packing: segment_sdpa).")
     freeze: list[str] = Field(
         default_factory=list,
         description="Regexes of parameter names to freeze; 'vision' means the vision tower.",
     )
-    trust_remote_code: bool = False
+    trust_remote_code: bool = Field(
+        False, description="Run model code the checkpoint ships (transformers' option)."
+    )
 
     @field_validator("freeze")
     @classmethod
@@ -136,9 +142,11 @@ class PipelineSection(Section):
 
 
 class LoraSection(Section):
-    r: int = Field(16, gt=0)
-    alpha: int = Field(32, gt=0)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """`[lora]`: a PEFT LoRA; only the adapters train. Absent: full fine-tuning."""
+
+    r: int = Field(16, gt=0, description="The adapters' rank.")
+    alpha: int = Field(32, gt=0, description="Scale numerator: the update is (alpha / r) B A.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input.")
     target_modules: list[str] | Literal["all-linear"] | None = Field(
         default=None,
         description="Default: all-linear for LMs and VLMs, the family's attention projections for diffusion.",
@@ -152,15 +160,17 @@ class LoraSection(Section):
 class MediaData(Section):
     """`[data]` fields every trainer on LLaVA JSON / JSONL / `datasets` data shares; trainers subclass it."""
 
-    format: Literal["llava", "jsonl", "hf"]
+    format: Literal["llava", "jsonl", "hf"] = Field(
+        description="LLaVA JSON, typed-message JSONL, or a `datasets` source."
+    )
     path: Annotated[str, JobPath(hub_id=True)] = Field(
         description="JSON/JSONL file, a saved datasets folder, or a hub dataset name."
     )
     media_dir: Annotated[str | None, JobPath()] = Field(
         default=None, description="Folder that image/video paths are relative to."
     )
-    split: str = "train"
-    system_prompt: str | None = None
+    split: str = Field("train", description="hf: the dataset split.")
+    system_prompt: str | None = Field(None, description="A system turn put before every conversation.")
     fps: float = Field(2.0, gt=0, description="Frames per second sampled from videos.")
     max_frames: int = Field(16, gt=0, description="Cap on frames per video.")
     skip_bad: bool = Field(False, description="Skip and count bad records instead of failing.")
@@ -184,8 +194,10 @@ class PairData(Section):
     path: Annotated[str, JobPath(hub_id=True)] = Field(
         description="A folder of pairs, a Cosmos-Predict2.5 dataset folder, or a datasets folder / hub name."
     )
-    format: Literal["auto", "folder", "cosmos_predict", "hf"] = "auto"
-    split: str = "train"
+    format: Literal["auto", "folder", "cosmos_predict", "hf"] = Field(
+        "auto", description="How `path` is read; auto: by looking at it."
+    )
+    split: str = Field("train", description="hf: the dataset split.")
     image_column: str = Field("image", description="hf: the image column.")
     video_column: str | None = Field(
         None, description="hf: the video column (file paths or a datasets Video feature), for video data."
@@ -221,7 +233,9 @@ class PromptListData(Section):
     path: Annotated[str, JobPath()] = Field(
         description="A prompt file, or a folder holding {split}.txt / {split}_metadata.jsonl / {split}.jsonl."
     )
-    format: Literal["auto", "txt", "geneval", "jsonl"] = "auto"
+    format: Literal["auto", "txt", "geneval", "jsonl"] = Field(
+        "auto", description="txt: a prompt a line; geneval: {split}_metadata.jsonl; auto: from the file name."
+    )
     split: str = Field("train", min_length=1, description="For a folder: which split's file to read.")
     max_prompts: int | None = Field(None, gt=0, description="Use only the first this many prompts.")
     skip_bad: bool = Field(False, description="Skip and count bad lines instead of failing.")
@@ -238,7 +252,12 @@ class PromptListData(Section):
 
 
 class LaunchSection(Section):
-    backend: Literal["ddp", "zero2", "zero3", "fsdp"] = "ddp"
+    """`[launch]`: how the processes share the work."""
+
+    backend: Literal["ddp", "zero2", "zero3", "fsdp"] = Field(
+        "ddp",
+        description="DDP, DeepSpeed ZeRO-2 / ZeRO-3 or FSDP2, with the configs shipped in cosmos_train/launch/.",
+    )
 
 
 class JobSchema(Section):
@@ -388,7 +407,11 @@ def trainer_section(
         if extras:
             annotation = Annotated[annotation, *extras]
         fields[field.name] = (annotation, default)
-    return create_model(name, __base__=Section, **fields)
+    section = create_model(
+        name, __base__=Section, __doc__=f"`[train]`: {config_class.__name__}'s fields.", **fields
+    )
+    section.config_class = config_class  # for the job-file reference
+    return section
 
 
 def _enum_values(annotation: Any) -> list[str]:

@@ -18,6 +18,8 @@ from .flow_grpo_config import FlowGRPOSection, SDEPolicyJob, SDERolloutSection
 
 
 class DDRLRolloutSection(SDERolloutSection):
+    """`[rollout]` with cosmos-rl's DDRL defaults: K = 8, 20 SDE steps, CFG off."""
+
     samples_per_prompt: int = Field(8, ge=2, description="K samples per prompt, normalised as a group.")
     sampling_steps: int = Field(20, gt=0, description="SDE steps per rollout sample.")
     guidance_scale: float = Field(
@@ -42,9 +44,12 @@ class DDRLSection(FlowGRPOSection):
         False, description="Add the data loss only on each chunk's first trained step (not on every step)."
     )
     min_num_conditional_frames: int = Field(
-        0, ge=0, le=2, description="0 t2v, 1 i2v, 2 v2v (video families)."
+        0,
+        ge=0,
+        le=2,
+        description="The data term's fewest clean frames: 0 t2v, 1 i2v, 2 v2v (video families).",
     )
-    max_num_conditional_frames: int = Field(1, ge=0, le=2)
+    max_num_conditional_frames: int = Field(1, ge=0, le=2, description="The data term's most clean frames.")
 
     @model_validator(mode="after")
     def _frames_range(self):

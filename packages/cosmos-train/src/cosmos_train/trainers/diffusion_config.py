@@ -32,10 +32,12 @@ class DiffusionSection(Section):
     timestep_density: Literal["logit_normal", "mode", "uniform"] = Field(
         "logit_normal", description="How training noise levels are drawn (before the model's time shift)."
     )
-    logit_mean: float = 0.0
-    logit_std: float = Field(1.0, gt=0)
-    mode_scale: float = 1.29
-    loss_weighting: Literal["none", "sigma_sqrt", "cosmap"] = "none"
+    logit_mean: float = Field(0.0, description="logit_normal: the mean of the normal.")
+    logit_std: float = Field(1.0, gt=0, description="logit_normal: the std of the normal.")
+    mode_scale: float = Field(1.29, description="mode: the density's scale.")
+    loss_weighting: Literal["none", "sigma_sqrt", "cosmap"] = Field(
+        "none", description="Per-sample loss weights (diffusers' compute_loss_weighting_for_sd3)."
+    )
     ema_decay: float | None = Field(
         None, gt=0, lt=1, description="Keep an EMA of the trained weights (used for validation and export)."
     )
@@ -45,11 +47,13 @@ class DiffusionSection(Section):
         description="Video families: how often each mode (t2v, i2v, v2v) is trained; normalised.",
     )
     max_sequence_length: int | None = Field(None, gt=0, description="Text tokens (default: the pipeline's).")
-    validation_prompts: list[str] = Field(default_factory=list)
+    validation_prompts: list[str] = Field(
+        default_factory=list, description="Prompts of the validation samples."
+    )
     validation_steps: int | None = Field(None, gt=0, description="Generate validation samples every N steps.")
-    validation_inference_steps: int = Field(20, gt=0)
+    validation_inference_steps: int = Field(20, gt=0, description="Sampler steps of the validation samples.")
     validation_guidance_scale: float | None = Field(None, ge=0, description="Default: the pipeline's.")
-    validation_seed: int = Field(0, ge=0)
+    validation_seed: int = Field(0, ge=0, description="Prompt i samples with seed validation_seed + i.")
 
     @field_validator("conditioning_mix")
     @classmethod
@@ -88,7 +92,7 @@ class DiffusionSFTJob(JobSchema):
         None, description="A PEFT LoRA on the transformer; absent: full fine-tuning."
     )
     data: PairData
-    diffusion: DiffusionSection = DiffusionSection()
+    diffusion: DiffusionSection = Field(DiffusionSection(), description=DiffusionSection.__doc__)
     train: DiffusionTrainSection
 
     def training_arguments(self, source: str) -> TrainingArguments:

@@ -26,7 +26,7 @@ from ..launch import backend_arguments, device_defaults
 class ConversationData(MediaData):
     """`[data]`: conversations in LLaVA JSON, typed-message JSONL or a `datasets` dataset."""
 
-    max_length: int | None = Field(default=2048, gt=0)
+    max_length: int | None = Field(default=2048, gt=0, description="Tokens per sample (longer ones are cut).")
     packing: bool = Field(False, description="Padding-free packing (text-only data).")
     train_on: Literal["assistant", "all"] = Field(
         "assistant", description="Loss on the assistant turns only, or on the whole conversation."
