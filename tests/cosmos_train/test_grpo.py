@@ -80,6 +80,16 @@ def test_vlm_grpo_learns_on_image_prompts(tmp_path, vlm):
     assert_learned(rewards_of(trainer))
 
 
+def test_vlm_lora_shared_prompt_rollouts_with_several_prompts(tmp_path, vlm):
+    """Under PEFT the multimodal RoPE offsets live one module deeper; each prompt's must reach its K samples."""
+    train = {"max_steps": 1, "per_device_train_batch_size": 4, "num_generations": 2}
+    job = grpo_job(
+        tmp_path, vlm, data=SHAPES / "llava.json", data_format="llava", train=train, extra="[lora]\nr = 4\n"
+    )
+    trainer = run_grpo(read_job(job))
+    assert trainer.rollout.shared_prompt and trainer.state.global_step == 1
+
+
 class _RecordVisionInputs(TrainerCallback):
     """Every call of the vision tower: (gradients on, patches, grids). Generation encodes the media before
     its first forward, so the tower, not the model's forward, sees what both the rollout and the loss use."""

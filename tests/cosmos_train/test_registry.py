@@ -103,6 +103,17 @@ def test_an_installed_packages_entry_point_adds_a_command(tmp_path, monkeypatch)
     assert "toy-rl" in help_text and "Toy RL" in help_text
 
 
+def test_a_broken_plugin_is_skipped_with_a_warning(tmp_path, monkeypatch, caplog):
+    info = tmp_path / "broken_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[cosmos_train.kinds]\nbroken = no_such_plugin_module:KIND\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kinds = job_kinds()
+    assert "broken" not in kinds and "sft" in kinds
+    assert "skipping job kind broken from no_such_plugin_module:KIND" in caplog.text
+
+
 def test_an_adapter_named_by_a_dotted_path_is_the_one_used(tmp_path, tiny_pipeline):
     from cosmos_train.config import ConfigError
     from cosmos_train.trainers.diffusion_base import load_for_training

@@ -73,8 +73,9 @@ def read_job(path: str | Path, overrides: list[str] | None = None, kind: str | J
     else:
         entry = kind if isinstance(kind, JobKind) else kind_named(kind, source, base)
         if written is not None and written != entry.name:
+            command = "run -c FILE" if ":" in written else written
             raise ConfigError(
-                f"{source}: kind '{written}' is not a {entry.name} job; run `cosmos-train {written}` instead"
+                f"{source}: kind '{written}' is not a {entry.name} job; run `cosmos-train {command}` instead"
             )
     schema = entry.schema_class()
     config = validate_job(resolve_paths({**data, "kind": entry.name}, schema, base), schema, source)

@@ -17,13 +17,17 @@ gets its own command), or a job file whose `kind` is a reference itself (`kind =
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Literal
 
 from .config import ConfigError, suggest
+from .errors import first_line
 from .references import ReferenceError, is_reference, load_reference
+
+logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "cosmos_train.kinds"
 
@@ -210,9 +214,20 @@ def job_kinds() -> dict[str, JobKind]:
     """Every kind by name: the built-ins, those registered, and those of installed packages' entry points."""
     kinds = {kind.name: kind for kind in BUILTIN_KINDS}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
-        kind = entry.load()
+        try:
+            kind = entry.load()
+        except Exception as error:  # a broken plugin must not take the CLI down
+            logger.warning("skipping job kind %s from %s: %s", entry.name, entry.value, first_line(error))
+            continue
         if isinstance(kind, JobKind):
             kinds[kind.name] = kind
+        else:
+            logger.warning(
+                "skipping job kind %s: %s is a %s, not a JobKind",
+                entry.name,
+                entry.value,
+                type(kind).__name__,
+            )
     return kinds | _registered
 
 

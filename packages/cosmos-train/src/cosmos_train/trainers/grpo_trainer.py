@@ -228,8 +228,10 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
             )
             cache = prefill.past_key_values
             cache.batch_repeat_interleave(group)
-            language_model = getattr(model, "model", None)
-            if getattr(language_model, "rope_deltas", None) is not None:  # multimodal RoPE offsets, per row
+            # The multimodal RoPE offsets, per row, sit on the VLM's inner model (below PEFT's wrapper, if any).
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            language_model = getattr(base, "model", None)
+            if getattr(language_model, "rope_deltas", None) is not None:
                 language_model.rope_deltas = language_model.rope_deltas.repeat_interleave(group, dim=0)
             rest = (
                 {_TOKEN_TYPES: media[_TOKEN_TYPES].repeat_interleave(group, dim=0)}
