@@ -132,6 +132,8 @@ CLI="$WORK/cpu/bin/cosmos-train"
 printf '%s\n' '{"messages": [{"role": "user", "content": "Name a shape."}, {"role": "assistant", "content": "A red circle."}]}' \
   '{"messages": [{"role": "user", "content": "Another?"}, {"role": "assistant", "content": "A blue square."}]}' > chats.jsonl
 cat > job.toml <<'TOML'
+kind = "sft"
+
 [model]
 name_or_path = "tiny-qwen3"
 

@@ -5,7 +5,8 @@ uninterrupted run's to the bit: the prompt order of the resumed epoch, the rollo
 the trainers' own state all continue where they stopped.
 
 Each job crosses an epoch boundary after the checkpoint it resumes from (12 colour prompts, 4 a step: 3 steps an
-epoch; GRPO: 6 prompts, 2 a step, a rollout every 2 steps, resumed inside a generation cycle)."""
+epoch, resumed after step 2; GRPO: 6 prompts, 2 a step, a rollout every 2 steps, resumed after step 9, inside a
+generation cycle)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ from cosmos_train.checkpoints import is_complete
 # Subprocess runs on one thread: two threads per process spin against each other on a busy 2-core machine.
 ONE_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}
 REAL_DATA = f'\n[real_data]\npath = "{REPO / "examples" / "data" / "pairs"}"\nformat = "folder"\nheight = 32\nwidth = 32\n'
-DIFFUSION_TRAIN = {"max_steps": 5, "save_steps": 2, "resume_from_checkpoint": True}
-LORA_EXPORT = "safetensors/step_5/lora/pytorch_lora_weights.safetensors"
+DIFFUSION_TRAIN = {"max_steps": 4, "save_steps": 2, "resume_from_checkpoint": True}
+LORA_EXPORT = "safetensors/step_4/lora/pytorch_lora_weights.safetensors"
 
 
 def nft_job(folder: Path, models, lora: bool) -> tuple[Path, list[str]]:
@@ -64,10 +65,10 @@ def grpo_lora_job(folder: Path, models) -> tuple[Path, list[str]]:
 
 # kind: (its command, job builder, the checkpoint the killed run stops after)
 CASES = {
-    "nft-lora": ("nft", lambda folder, models: nft_job(folder, models, lora=True), 4),
-    "nft-full": ("nft", lambda folder, models: nft_job(folder, models, lora=False), 4),
-    "flow-grpo": ("flow-grpo", flow_grpo_job, 4),
-    "ddrl": ("ddrl", ddrl_job, 4),
+    "nft-lora": ("nft", lambda folder, models: nft_job(folder, models, lora=True), 2),
+    "nft-full": ("nft", lambda folder, models: nft_job(folder, models, lora=False), 2),
+    "flow-grpo": ("flow-grpo", flow_grpo_job, 2),
+    "ddrl": ("ddrl", ddrl_job, 2),
     "grpo": ("grpo", grpo_lora_job, 9),
 }
 
