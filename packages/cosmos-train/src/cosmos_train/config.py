@@ -279,7 +279,7 @@ class JobSchema(Section):
         section's model (`check_source`: its folder or hub id, never its weights) and the `module:function`
         rewards, which must import (from `sys.path` or `base`, the job file's folder)."""
         from .model_sources import SourceError
-        from .references import ReferenceError, is_reference, load_reference
+        from .references import BadReferenceError, is_reference, load_reference
 
         try:
             for name in type(self).model_fields:
@@ -292,7 +292,7 @@ class JobSchema(Section):
             if not reward.startswith("remote:") and is_reference(reward):
                 try:
                     function = load_reference(reward, base)
-                except ReferenceError as error:
+                except BadReferenceError as error:
                     raise ConfigError(f"{source}: [rewards] {reward}: {error}") from None
                 if not callable(function):
                     raise ConfigError(

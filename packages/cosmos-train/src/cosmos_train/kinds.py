@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from .config import ConfigError, suggest
 from .errors import first_line
-from .references import ReferenceError, is_reference, load_reference
+from .references import BadReferenceError, is_reference, load_reference
 
 logger = logging.getLogger(__name__)
 
@@ -69,23 +69,9 @@ class JobKind:
     def _load(self, reference: str, part: str) -> Any:
         try:
             return load_reference(reference)
-        except ReferenceError as error:
+        except BadReferenceError as error:
             raise ConfigError(f"kind '{self.name}': its {part} {reference!r}: {error}") from None
 
-
-def _diffusion_rl(name: str, algorithm: str, help: str) -> JobKind:
-    return JobKind(
-        name,
-        schema=f"cosmos_train.trainers.{algorithm}_config:{_SCHEMAS[name]}",
-        run="cosmos_train.trainers.diffusion_rl:run_diffusion_rl",
-        trainer=f"cosmos_train.trainers.{algorithm}_trainer:{_TRAINERS[name]}",
-        family="diffusion",
-        help=help,
-    )
-
-
-_SCHEMAS = {"nft": "NFTJob", "flow-grpo": "FlowGRPOJob", "ddrl": "DDRLJob"}
-_TRAINERS = {"nft": "NFTTrainer", "flow-grpo": "FlowGRPOTrainer", "ddrl": "DDRLTrainer"}
 
 BUILTIN_KINDS = (
     JobKind(
@@ -146,10 +132,13 @@ Examples:
   accelerate launch --multi_gpu --num_processes 8 -m cosmos_train diffusion-sft -c job.toml
 """,
     ),
-    _diffusion_rl(
+    JobKind(
         "nft",
-        "nft",
-        """DiffusionNFT: online RL of a diffusers pipeline's transformer through the forward process.
+        schema="cosmos_train.trainers.nft_config:NFTJob",
+        run="cosmos_train.trainers.diffusion_rl:run_diffusion_rl",
+        trainer="cosmos_train.trainers.nft_trainer:NFTTrainer",
+        family="diffusion",
+        help="""DiffusionNFT: online RL of a diffusers pipeline's transformer through the forward process.
 
 A lagged old policy samples K images/videos per prompt (no CFG), rewards rank them, and the model learns from
 implicit positive and negative policies on re-noised samples. [rewards] maps image/video rewards (built-ins,
@@ -162,10 +151,13 @@ Examples:
   accelerate launch --multi_gpu --num_processes 8 -m cosmos_train nft -c job.toml
 """,
     ),
-    _diffusion_rl(
+    JobKind(
         "flow-grpo",
-        "flow_grpo",
-        """FlowGRPO: online RL of a diffusers pipeline's transformer over the steps of an SDE sampler.
+        schema="cosmos_train.trainers.flow_grpo_config:FlowGRPOJob",
+        run="cosmos_train.trainers.diffusion_rl:run_diffusion_rl",
+        trainer="cosmos_train.trainers.flow_grpo_trainer:FlowGRPOTrainer",
+        family="diffusion",
+        help="""FlowGRPO: online RL of a diffusers pipeline's transformer over the steps of an SDE sampler.
 
 The current policy samples K images/videos per prompt (CFG as [rollout] guidance_scale), storing each step's
 log-prob; rewards rank them, and the model trains GRPO's clipped ratio objective on a subset of the steps, plus a
@@ -178,10 +170,13 @@ Examples:
   accelerate launch --multi_gpu --num_processes 8 -m cosmos_train flow-grpo -c job.toml
 """,
     ),
-    _diffusion_rl(
+    JobKind(
         "ddrl",
-        "ddrl",
-        """DDRL: FlowGRPO's rollouts and reward term, regularised by data instead of a KL to the base.
+        schema="cosmos_train.trainers.ddrl_config:DDRLJob",
+        run="cosmos_train.trainers.diffusion_rl:run_diffusion_rl",
+        trainer="cosmos_train.trainers.ddrl_trainer:DDRLTrainer",
+        family="diffusion",
+        help="""DDRL: FlowGRPO's rollouts and reward term, regularised by data instead of a KL to the base.
 
 [ddrl] data_beta weighs the flow-matching loss on [real_data] (pairs, or the Cosmos-Predict2.5 videos/ + metas/
 layout); for video families the data term mixes t2v and i2v by the number of conditional frames.
@@ -240,7 +235,7 @@ def kind_named(name: str, source: str, search_path: str | Path | None = None) ->
     if is_reference(name):
         try:
             kind = load_reference(name, search_path)
-        except ReferenceError as error:
+        except BadReferenceError as error:
             raise ConfigError(f"{source}: kind '{name}': {error}") from None
         if not isinstance(kind, JobKind):
             raise ConfigError(

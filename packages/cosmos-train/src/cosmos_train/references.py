@@ -12,7 +12,7 @@ from typing import Any
 _REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
-class ReferenceError(ValueError):
+class BadReferenceError(ValueError):
     """A dotted path that does not name an importable object; the message is one line."""
 
 
@@ -26,23 +26,23 @@ def load_reference(reference: str, search_path: str | Path | None = None) -> Any
     (a job file's folder, so a module beside the job file works), which then stays on `sys.path`: libraries
     that pickle the object by reference (TRL's reward functions) must find it again."""
     if not is_reference(reference):
-        raise ReferenceError(f"'{reference}' is not 'package.module:attribute'")
+        raise BadReferenceError(f"'{reference}' is not 'package.module:attribute'")
     module_name, _, attribute = reference.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         if search_path is None or error.name != module_name.split(".")[0]:
-            raise ReferenceError(f"cannot import {module_name} ({error})") from None
+            raise BadReferenceError(f"cannot import {module_name} ({error})") from None
         if str(search_path) not in sys.path:
             sys.path.append(str(search_path))
         try:
             module = importlib.import_module(module_name)
         except ImportError as error:
-            raise ReferenceError(
+            raise BadReferenceError(
                 f"cannot import {module_name} from sys.path or {search_path} ({error})"
             ) from None
     except Exception as error:  # the module itself raised while importing
-        raise ReferenceError(f"cannot import {module_name} ({type(error).__name__}: {error})") from None
+        raise BadReferenceError(f"cannot import {module_name} ({type(error).__name__}: {error})") from None
     if not hasattr(module, attribute):
-        raise ReferenceError(f"{module_name} has no '{attribute}'")
+        raise BadReferenceError(f"{module_name} has no '{attribute}'")
     return getattr(module, attribute)

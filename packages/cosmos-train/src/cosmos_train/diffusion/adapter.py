@@ -218,9 +218,10 @@ class DiffusionAdapter:
 
     def sample(self, prompt: str, generator: torch.Generator, call: dict[str, Any]) -> torch.Tensor:
         """One prompt through the pipeline: `1 x 3 x H x W` or `1 x T x 3 x H x W` in [0, 1]."""
-        return self.pipeline(prompt=prompt, generator=generator, output_type="pt", return_dict=False, **call)[
-            0
-        ]
+        images, *_ = self.pipeline(
+            prompt=prompt, generator=generator, output_type="pt", return_dict=False, **call
+        )
+        return images
 
     # --- LoRA export -----------------------------------------------------------------------------------
 
@@ -277,11 +278,11 @@ def adapter_class_for(class_name: str, reference: str | None = None) -> type[Dif
     """The adapter for a pipeline class: the one named by `reference` (`package.module:Class`), else the one of
     this folder whose `pipeline_class` is `class_name`."""
     if reference is not None:
-        from ..references import ReferenceError, load_reference
+        from ..references import BadReferenceError, load_reference
 
         try:
             adapter = load_reference(reference)
-        except ReferenceError as error:
+        except BadReferenceError as error:
             raise ConfigError(f"[model] adapter {reference!r}: {error}") from None
         if not (isinstance(adapter, type) and issubclass(adapter, DiffusionAdapter)):
             raise ConfigError(f"[model] adapter {reference!r} is not a DiffusionAdapter subclass")

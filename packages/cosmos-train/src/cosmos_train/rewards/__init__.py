@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import first_line
-from ..references import ReferenceError, is_reference, load_reference
+from ..references import BadReferenceError, is_reference, load_reference
 from . import media as _media
 from .ocr import load_engine as _load_ocr_engine
 from .ocr import ocr as _ocr
@@ -426,7 +426,7 @@ def _make_builtin(spec: RewardSpec, train: dict[str, Any]) -> Callable:
 def _import_reward(spec: RewardSpec, search_path: str | Path | None) -> Callable:
     try:
         function = load_reference(spec.name, search_path)
-    except ReferenceError as error:
+    except BadReferenceError as error:
         raise RewardError(f"[rewards] {spec.name}: {error}") from None
     if not callable(function):
         raise RewardError(f"[rewards] {spec.name}: is a {type(function).__name__}, not a function")
