@@ -10,6 +10,7 @@ from diffusion_helpers import model_section
 from sft_helpers import REPO, _toml
 
 PROMPTS = REPO / "examples" / "data" / "prompts" / "colors.txt"
+PAIRS = REPO / "examples" / "data" / "pairs"  # five coloured images with captions: DDRL's data
 
 
 @pytest.fixture
@@ -33,8 +34,10 @@ def write_rl_job(
     extra: str = "",
     lora: bool = True,
     brightness: float = 1.0,
+    data: dict | None = None,
 ) -> Path:
-    """A small FlowGRPO / DDRL job on the colour prompts with the brightness reward, 32x32 samples."""
+    """A small FlowGRPO / DDRL / DiffusionNFT job with the brightness reward, 32x32 samples: on the colour prompts,
+    or for DDRL on the coloured image pairs (their captions are the prompts, and its data term's images)."""
     settings = {
         "output_dir": str(folder / "run"),
         "learning_rate": 1e-2,
@@ -48,17 +51,23 @@ def write_rl_job(
     rollout = {
         "samples_per_prompt": 4,
         "sampling_steps": 4,
-        "train_batch_size": 16,
+        "train_batch_size": 8,  # two chunks: FlowGRPO's two updates per rollout take one each
         "guidance_scale": 1.0,
         "height": 32,
         "width": 32,
         "max_sequence_length": 16,
     } | (rollout or {})
+    given = data or {}
+    data = {"path": str(PROMPTS)} | given
+    if kind == "ddrl":  # data items, at [data]'s size; no warm-up (cosmos-rl's 50 steps) in these short runs
+        data = {"path": str(PAIRS), "format": "folder", "height": 32, "width": 32} | given
+        rollout = {k: v for k, v in rollout.items() if k not in ("height", "width")}
+        settings = {"warmup_steps": 0} | settings
     section = kind.replace("-", "_")
     lines = [f'kind = "{kind}"\n', model_section(model)]
     if lora:
         lines.append("[lora]\nr = 16\nalpha = 32\n")
-    lines.append(f'[data]\npath = "{PROMPTS}"\n')
+    lines.append("[data]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in data.items()))
     lines.append(f"[rewards]\nbrightness = {brightness}\n")
     lines.append("[rollout]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in rollout.items()))
     lines.append(f"[{section}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in (algorithm or {}).items()))

@@ -127,6 +127,9 @@ beta = 0.5
 kl_beta = 0.001
 decay_type = 2
 ema_decay = 0.9
+adv_mode = "positive_only"
+global_std = false
+reward_clip = 5.0
 [train]
 output_dir = "runs/x"
 learning_rate = 3e-4
@@ -165,7 +168,11 @@ clip_range = 0.0002
 adv_clip_max = 5.0
 kl_beta = 0.04
 timestep_fraction = 0.5
+kl_form = "exact"
+drop_zero_advantage = true
+same_latent = true
 ema_decay = 0.9
+ema_every = 8
 [train]
 output_dir = "runs/x"
 learning_rate = 3e-4
@@ -186,34 +193,36 @@ dtype = "bfloat16"
 r = 8
 alpha = 16
 [data]
-path = "data/prompts.txt"
+path = "pairs"
+format = "folder"
+height = 64
+width = 64
+num_frames = 9
 [rewards]
 brightness = 1.0
 [rollout]
 samples_per_prompt = 4
 sampling_steps = 8
 guidance_scale = 1.0
-height = 64
-width = 64
-num_frames = 9
 train_batch_size = 4
 [ddrl]
-noise_level = 0.7
+s_churn = 1.0
 clip_range = 0.0001
 kl_beta = 0.0
 train_steps = [0, 2, 4, 6]
 data_beta = 0.01
 use_rl_sigma_and_noise = true
 data_on_first_only = false
+caption_dropout = 0.2
 min_num_conditional_frames = 0
 max_num_conditional_frames = 1
+exp_reward = false
+use_same_seed = true
+loss_scale = 10.0
 ema_decay = 0.9
-[real_data]
-path = "pairs"
-format = "folder"
-height = 64
-width = 64
-num_frames = 9
+[eval]
+path = "data/prompts.txt"
+every = 5
 [train]
 output_dir = "runs/x"
 learning_rate = 3e-4
@@ -339,8 +348,8 @@ def good_job(kind: str) -> str:
             values[name] = MINIMAL_REWARDS[entry.family]
         elif isinstance(model, type) and issubclass(model, MediaData):
             values[name] = {"format": "llava", "path": "data/llava.json"}
-        elif isinstance(model, type) and model in MINIMAL_SECTIONS:
-            values[name] = MINIMAL_SECTIONS[model]
+        elif isinstance(model, type) and issubclass(model, tuple(MINIMAL_SECTIONS)):
+            values[name] = next(v for base, v in MINIMAL_SECTIONS.items() if issubclass(model, base))
         elif isinstance(model, type) and hasattr(model, "model_fields") and not field.is_required():
             values[name] = model().model_dump(mode="json", exclude_none=True)
     return _toml(values)

@@ -112,9 +112,11 @@ def _stand_ins(recipe, stand_ins) -> list[str]:
         values["model.trust_remote_code"] = "true"  # the tiny one ships its stand-in safety checker's code
     if recipe in TINY_RECIPES or recipe in TRAINED_ELSEWHERE:
         return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
-    for section in ("data", "real_data"):
+    if "eval" in job:  # held-out prompts
+        values["eval.path"] = REPO / "examples" / "data" / "prompts" / "colors.txt"
+    for section in ("data",):
         pairs = job.get(section, {})
-        if job.get("kind") in ("nft", "flow-grpo", "ddrl") and section == "data":
+        if job.get("kind") in ("nft", "flow-grpo") and section == "data":
             values["data.path"] = REPO / "examples" / "data" / "prompts" / "colors.txt"
         elif "height" in pairs:  # image/video pairs
             video = "num_frames" in pairs

@@ -50,6 +50,7 @@ def test_recomputed_log_prob_equals_the_rollout_one(tmp_path, tiny, guidance):
             train={"per_device_train_batch_size": 3},
         )
     )
+    assert job.config.rollout.updates_per_rollout == 2  # the reference's: one chunk each
     from cosmos_train.data import collate_prompts, load_prompt_list
     from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
@@ -62,10 +63,11 @@ def test_recomputed_log_prob_equals_the_rollout_one(tmp_path, tiny, guidance):
                 parameter.normal_(std=0.05)
     batch = collate_prompts([prompts[i] for i in range(3)])
     micro_batches = []
-    for _ in range(trainer.args.gradient_accumulation_steps):
+    for _ in range(2 * trainer.args.gradient_accumulation_steps):
         micro_batches.append(trainer._prepare_inputs(batch))
-    assert len(micro_batches) == 4 * 2  # 4 SDE steps x 2 chunks of 3 rows (6 samples)
-    assert sorted({b["step"] for b in micro_batches}) == [0, 1, 2, 3]
+    # 2 chunks of 3 rows (6 samples), each over the 4 SDE steps in order: the first update takes chunk 1.
+    assert [b["step"] for b in micro_batches] == [0, 1, 2, 3] * 2
+    assert trainer.args.gradient_accumulation_steps == 4 and not trainer._buffer
     for inputs in micro_batches:
         loss = trainer.compute_loss(trainer.model, inputs)
         assert torch.isfinite(loss)
@@ -81,7 +83,7 @@ def test_recompute_detects_a_mismatched_guidance(tmp_path, tiny):
         write_rl_job(
             tmp_path,
             tiny("sana"),
-            rollout={"guidance_scale": 3.0, "train_batch_size": 8, "samples_per_prompt": 2},
+            rollout={"guidance_scale": 3.0, "train_batch_size": 4, "samples_per_prompt": 2},
             algorithm={"kl_beta": 0.0, "train_steps": [1]},
             train={"per_device_train_batch_size": 4},
         )
@@ -108,7 +110,7 @@ def test_flow_grpo_learns_brightness_on_tiny_sana(tmp_path, tiny):
     pipeline (+0.02 in 16 steps) while downwards it has plenty."""
     job = read_job(
         write_rl_job(
-            tmp_path, tiny("sana"), algorithm={"kl_beta": 0.0}, train={"max_steps": 10}, brightness=-1.0
+            tmp_path, tiny("sana"), algorithm={"kl_beta": 0.0}, train={"max_steps": 20}, brightness=-1.0
         )
     )
     trainer = job.run()
@@ -116,7 +118,7 @@ def test_flow_grpo_learns_brightness_on_tiny_sana(tmp_path, tiny):
     first, last, _ = rises(curve)
     initial_std = trainer.state.log_history[0]["reward_std"]  # of the first rollout's samples
     print("flow-grpo -brightness on tiny sana:", [round(r, 4) for r in curve], "initial std", initial_std)
-    assert len(curve) == 10
+    assert len(curve) == 10  # one reward per rollout, two optimizer steps each
     assert last - first > max(5 * initial_std, 0.02), (curve, initial_std)
 
 
@@ -138,16 +140,16 @@ def test_checkpoint_then_resume(tmp_path, tiny):
 
 
 @pytest.mark.slow
-def test_several_updates_per_rollout_move_the_ratio_and_clip(tmp_path, tiny):
-    """With `updates_per_rollout = 2` the second update recomputes log-probs under weights the first one
+def test_the_second_update_of_a_rollout_moves_the_ratio_and_clips(tmp_path, tiny):
+    """With the reference's two updates per rollout the second recomputes log-probs under weights the first one
     changed: the ratio leaves 1 and the clip range (FlowGRPO's 1e-4) acts, as in the reference."""
     job = write_rl_job(
-        tmp_path, tiny("sana"), rollout={"updates_per_rollout": 2, "sampling_steps": 4},
+        tmp_path, tiny("sana"), rollout={"sampling_steps": 4},
         algorithm={"train_steps": [0, 1], "kl_beta": 0.0}, train={"max_steps": 4, "save_steps": 2},
     )  # fmt: skip
     trainer = read_job(job).run()
     history = [entry for entry in trainer.state.log_history if "clip_fraction" in entry]
-    assert len(history) == 4 and trainer.args.gradient_accumulation_steps == 1
+    assert len(history) == 4 and trainer.args.gradient_accumulation_steps == 2  # 1 chunk x 2 steps each
     first, second = history[0], history[1]  # one rollout: its first update, then its second
     assert first["ratio_min"] == pytest.approx(1.0, abs=1e-5) and first["clip_fraction"] == 0.0
     assert abs(second["ratio_max"] - 1) > 1e-4 or abs(second["ratio_min"] - 1) > 1e-4
@@ -159,15 +161,16 @@ def test_updates_must_split_the_rollout_and_checkpoints_fall_between_rollouts(tm
 
     from cosmos_train.cli import app
 
-    uneven = write_rl_job(tmp_path / "a", tiny("sana"), rollout={"updates_per_rollout": 2, "sampling_steps": 3},
-                          algorithm={"train_steps": [0, 1, 2]})  # fmt: skip
+    uneven = write_rl_job(
+        tmp_path / "a", tiny("sana"), rollout={"train_batch_size": 16}
+    )  # 16 samples: 1 chunk
     result = CliRunner().invoke(app, ["validate-config", str(uneven)])
     assert (
         result.exit_code == 2
-        and "updates_per_rollout = 2 must divide the rollout's 3 micro-batches" in result.stderr
+        and "updates_per_rollout = 2 must divide the rollout's 1 chunks of train_batch_size samples"
+        in result.stderr
     )
-    inside = write_rl_job(tmp_path / "b", tiny("sana"), rollout={"updates_per_rollout": 2},
-                          algorithm={"train_steps": [0, 1]}, train={"save_steps": 3})  # fmt: skip
+    inside = write_rl_job(tmp_path / "b", tiny("sana"), train={"save_steps": 3})  # fmt: skip
     result = CliRunner().invoke(app, ["validate-config", str(inside)])
     assert (
         result.exit_code == 2

@@ -4,9 +4,10 @@ trained weights and every copy kept beside them (EMA, DiffusionNFT's old policy)
 uninterrupted run's to the bit: the prompt order of the resumed epoch, the rollouts (from the restored RNG) and
 the trainers' own state all continue where they stopped.
 
-Each job crosses an epoch boundary after the checkpoint it resumes from (12 colour prompts, 4 a step: 3 steps an
-epoch, resumed after step 2; GRPO: 6 prompts, 2 a step, a rollout every 2 steps, resumed after step 9, inside a
-generation cycle)."""
+Each job crosses an epoch boundary after the checkpoint it resumes from, resumed after step 2 (DiffusionNFT: 12
+colour prompts, 4 a rollout of one step: 3 steps an epoch; FlowGRPO: 4 of the prompts, one rollout of two steps an
+epoch; DDRL: 5 data items, 4 a rollout of one step: 2 steps an epoch; GRPO: 6 prompts, 2 a step, a rollout every 2
+steps, resumed after step 9, inside a generation cycle)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ from cosmos_train.checkpoints import is_complete
 
 # Subprocess runs on one thread: two threads per process spin against each other on a busy 2-core machine.
 ONE_THREAD = os.environ | {"OMP_NUM_THREADS": "1"}
-REAL_DATA = f'\n[real_data]\npath = "{REPO / "examples" / "data" / "pairs"}"\nformat = "folder"\nheight = 32\nwidth = 32\n'
 DIFFUSION_TRAIN = {"max_steps": 4, "save_steps": 2, "resume_from_checkpoint": True}
 LORA_EXPORT = "safetensors/step_4/lora/pytorch_lora_weights.safetensors"
 
@@ -43,12 +43,16 @@ def nft_job(folder: Path, models, lora: bool) -> tuple[Path, list[str]]:
 
 
 def flow_grpo_job(folder: Path, models) -> tuple[Path, list[str]]:
-    job = write_rl_job(folder, models("sana"), algorithm={"kl_beta": 0.04}, train=DIFFUSION_TRAIN)
+    job = write_rl_job(
+        folder, models("sana"), algorithm={"kl_beta": 0.04}, train=DIFFUSION_TRAIN, data={"max_prompts": 4}
+    )
     return job, ["model.safetensors", "ema.safetensors", LORA_EXPORT]
 
 
 def ddrl_job(folder: Path, models) -> tuple[Path, list[str]]:
-    job = write_rl_job(folder, models("sana"), kind="ddrl", train=DIFFUSION_TRAIN, extra=REAL_DATA)
+    job = write_rl_job(
+        folder, models("sana"), kind="ddrl", algorithm={"ema_decay": 0.9}, train=DIFFUSION_TRAIN
+    )
     return job, ["model.safetensors", "ema.safetensors", LORA_EXPORT]
 
 

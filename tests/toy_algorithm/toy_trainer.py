@@ -5,7 +5,7 @@ pushed away."""
 import torch
 
 from cosmos_train.diffusion.flow import add_noise
-from cosmos_train.diffusion.sampling import ode_sample, sigma_grid
+from cosmos_train.diffusion.sampling import ode_sample
 from cosmos_train.trainers.diffusion_rl import DiffusionRLTrainer
 
 
@@ -14,20 +14,18 @@ class ToyTrainer(DiffusionRLTrainer):
         super().__init__(adapter, rewards, job, ema_decay=job.toy.ema_decay, lora=lora, **kwargs)
         self.timesteps = job.train_timesteps()
 
-    def rollout(self, prompts, metadata):
+    def rollout(self, prompts, metadata, batch):
         conditioning = self.conditioning(prompts)
-        grid = sigma_grid(self.adapter, self.rollout_config.sampling_steps, self.adapter.device)
+        grid = self.grid(self.rollout_config.sampling_steps)
         x0 = ode_sample(
             self.adapter, self.adapter.transformer, self.noise(len(prompts)), conditioning, grid, "euler"
         )
         return {"latents_for_reward": x0, "x0": x0, "conditioning": conditioning}
 
     def micro_batches(self, rollout):
-        rows, size = rollout["x0"].shape[0], self.rollout_config.train_batch_size
         batches = []
-        for _ in range(self.timesteps):
-            for start in range(0, rows, size):
-                index = slice(start, start + size)
+        for index in self.sample_chunks(rollout["x0"].shape[0]):
+            for _ in range(self.timesteps):
                 x0 = rollout["x0"][index]
                 batches.append(
                     {

@@ -23,7 +23,7 @@ import typing
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -269,6 +269,10 @@ class JobSchema(Section):
         description="The trainer that runs the job (its command's name); needed only by validate-config.",
     )
     launch: LaunchSection = LaunchSection()
+
+    # cosmos-train's defaults for this kind's `[train]` keys where they differ from its config class's (a job's
+    # `[train]` may change them): the reference implementations' optimizer settings.
+    train_defaults: ClassVar[dict[str, Any]] = {}
 
     def training_arguments(self, source: str) -> Any:
         """The trainer's TRL / transformers config for this job (raises `ConfigError`)."""

@@ -41,9 +41,12 @@ def reference(schema: type[BaseModel]) -> list[SectionReference]:
             source = (
                 f"{config.__module__.split('.')[0]}.{config.__name__}" if config else "the trainer's config"
             )
-            sections.append(
-                SectionReference("train", f"The fields of `{source}`, verbatim, each checked.", [])
-            )
+            summary = f"The fields of `{source}`, verbatim, each checked."
+            defaults = getattr(schema, "train_defaults", {})
+            if defaults:
+                listed = ", ".join(f"`{key} = {_toml(value)}`" for key, value in defaults.items())
+                summary += f" This kind's defaults where they differ from that class's: {listed}."
+            sections.append(SectionReference("train", summary, []))
         elif model is not None:
             summary = re.sub(r"^`\[\w+\]`:?\s*", "", field.description or _first_line(model.__doc__))
             summary = summary[:1].upper() + summary[1:]

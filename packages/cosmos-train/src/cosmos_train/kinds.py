@@ -176,10 +176,11 @@ Examples:
         run="cosmos_train.trainers.diffusion_rl:run_diffusion_rl",
         trainer="cosmos_train.trainers.ddrl_trainer:DDRLTrainer",
         family="diffusion",
-        help="""DDRL: FlowGRPO's rollouts and reward term, regularised by data instead of a KL to the base.
+        help="""DDRL: a GRPO reward term regularised by data instead of a KL to the base (cosmos-rl's).
 
-[ddrl] data_beta weighs the flow-matching loss on [real_data] (pairs, or the Cosmos-Predict2.5 videos/ + metas/
-layout); for video families the data term mixes t2v and i2v by the number of conditional frames.
+[data] is data (pairs, or the Cosmos-Predict2.5 videos/ + metas/ layout): each item's caption is the prompt of its
+rollouts ("2ab" sampler: EDM churn and Adams-Bashforth), its first latent frame conditions them (video families,
+0 or 1 frames per item), and [ddrl] data_beta weighs the EDM-weighted data term on the same items.
 
 Examples:
 

@@ -61,6 +61,12 @@ class DiffusionAdapter:
     pipeline_load_kwargs: ClassVar[dict[str, Any]] = {}
     # Keys of `encode_prompts` output whose length differs per prompt: padded when batched.
     ragged_conditioning: ClassVar[tuple[str, ...]] = ()
+    # DiffusionNFT's deterministic rollout solver when `[rollout] solver` is unset (`sampling.SOLVERS`): the
+    # references' per-family choice (cosmos-rl: dpm2 for SD3 and Cosmos, euler for SANA).
+    rollout_solver: ClassVar[str] = "dpm2"
+    # RL sampling size when `[rollout]` leaves it unset ("height", "width", "max_sequence_length"), where the
+    # references train below the pipeline's own default; absent keys: the pipeline's.
+    rl_sample_defaults: ClassVar[dict[str, int]] = {}
 
     def __init__(self, pipeline, options: AdapterOptions | None = None):
         self.pipeline = pipeline
@@ -160,13 +166,31 @@ class DiffusionAdapter:
         shift = self.shift
         return shift * sigmas / (1 + (shift - 1) * sigmas)
 
-    def model_timesteps(self, sigmas: torch.Tensor) -> torch.Tensor:
-        """What the transformer takes as its timestep (most families: sigma on the 0..1000 training scale)."""
+    def model_timesteps(self, sigmas: torch.Tensor, timesteps: torch.Tensor | None = None) -> torch.Tensor:
+        """What the transformer takes as its timestep: the scheduler's own `timesteps` when sampling on its grid
+        (the pipeline feeds exactly those: DPM-Solver's are integers), else sigma on the 0..1000 training scale."""
+        if timesteps is not None:
+            return timesteps
         return sigmas * self.pipeline.scheduler.config.num_train_timesteps
 
     def condition_frames(self, latents: torch.Tensor, generator: torch.Generator | None = None):
         """`B x T` bool of latent frames given clean (drawn from the conditioning mix), or None (images)."""
         return None
+
+    # --- classifier-free guidance ----------------------------------------------------------------------
+
+    @property
+    def negative_prompt(self) -> str:
+        """The prompt of the unconditional branch, as the pipeline's `__call__` picks it ("" for most)."""
+        return ""
+
+    def guide(self, conditional: torch.Tensor, unconditional: torch.Tensor, scale: float) -> torch.Tensor:
+        """Classifier-free guidance in the pipeline's own form (most: uncond + g (cond - uncond))."""
+        return unconditional + scale * (conditional - unconditional)
+
+    def grid_kwargs(self, num_steps: int, latent_shape: tuple[int, ...]) -> dict[str, Any]:
+        """Extra `scheduler.set_timesteps` arguments the pipeline passes at this latent shape (none for most)."""
+        return {}
 
     # --- the model call --------------------------------------------------------------------------------
 
@@ -177,9 +201,11 @@ class DiffusionAdapter:
         sigmas: torch.Tensor,
         conditioning: dict[str, torch.Tensor],
         condition_frames: torch.Tensor | None = None,
+        timesteps: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """v_theta(x_sigma, sigma, c), shaped like the latents. `transformer` is the module to call (it may be
-        wrapped by DDP/DeepSpeed, or be the frozen reference), `sigmas` has one value per row."""
+        wrapped by DDP/DeepSpeed, or be the frozen reference), `sigmas` has one value per row, `timesteps` (one
+        per row, optional) are the scheduler's own values for them (`model_timesteps`)."""
         raise NotImplementedError
 
     # --- sampling with the pipeline itself (validation samples) -----------------------------------------
@@ -207,11 +233,13 @@ class DiffusionAdapter:
             call["max_sequence_length"] = self.options.max_sequence_length
         was_training = self.transformer.training
         self.transformer.eval()
+        limits = f"max_sequence_length {call.get('max_sequence_length', 'the pipeline default')}"
         try:
             outputs = []
-            for index, prompt in enumerate(prompts):
-                generator = torch.Generator(self.device).manual_seed(seed + index)
-                outputs.append(self.sample(prompt, generator, call))
+            with truncation_warned_once(self, limits):
+                for index, prompt in enumerate(prompts):
+                    generator = torch.Generator(self.device).manual_seed(seed + index)
+                    outputs.append(self.sample(prompt, generator, call))
         finally:
             self.transformer.train(was_training)
         return torch.cat(outputs).float().clamp(0, 1)

@@ -170,14 +170,25 @@ class Cosmos3Adapter(DiffusionAdapter):
             p.requires_grad and _REASONER_PARAM.search(n) for n, p in transformer.named_parameters()
         )
 
-    def predict_velocity(self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None):
+    def grid_kwargs(self, num_steps, latent_shape):
+        """The pipeline's `use_native_flow_schedule`: a plain linear flow grid instead of the scheduler's own."""
+        if not self.pipeline.config.get("use_native_flow_schedule"):
+            return {}
+        import numpy as np
+
+        end = 1.0 - 1.0 / self.pipeline.scheduler.config.num_train_timesteps
+        return {"sigmas": np.linspace(end, 0.0, num_steps + 1)[:-1]}
+
+    def predict_velocity(
+        self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None, timesteps=None
+    ):
         """The batch in one call of upstream's forward (`diffusers_cosmos3.batched`); equal to the pipeline's
         per-sample call. Clean frames (restored by `flow.add_noise`) get no timestep and a zero velocity."""
         from diffusers_cosmos3.batched import Cosmos3TrainingSample, batched_forward, pack_samples
 
         batch, _, frames, height, width = noisy_latents.shape
         prompts = self.decode_prompts(conditioning)
-        timesteps = self.model_timesteps(sigmas.float()).tolist()  # sigma * 1000, the pipeline's timesteps
+        timesteps = self.model_timesteps(sigmas.float(), timesteps).tolist()  # the pipeline's timesteps
         samples = []
         for row in range(batch):
             clean = (

@@ -12,7 +12,8 @@ from .adapter import DiffusionAdapter, call_default, draw_condition_frames
 class CosmosPredict2_5Adapter(DiffusionAdapter):
     pipeline_class = "Cosmos2_5_PredictBasePipeline"
     video = True
-    lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")
+    # The attention projections (self and cross) and the MLP (`ff.net.0.proj`, `ff.net.2`), as cosmos-rl's configs.
+    lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2")
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         pipe = self.pipeline
@@ -45,15 +46,27 @@ class CosmosPredict2_5Adapter(DiffusionAdapter):
         mean, inv_std = self._stats(latents)
         return vae.decode((latents / inv_std + mean).to(vae.dtype), return_dict=False)[0]
 
-    def model_timesteps(self, sigmas: torch.Tensor) -> torch.Tensor:
+    def model_timesteps(self, sigmas, timesteps=None):
         return sigmas  # the pipeline feeds `scheduler.sigmas[i]` (its `in_timestep`), not a 0..1000 timestep
+
+    @property
+    def negative_prompt(self) -> str:
+        from diffusers.pipelines.cosmos.pipeline_cosmos2_5_predict import DEFAULT_NEGATIVE_PROMPT
+
+        return DEFAULT_NEGATIVE_PROMPT
+
+    def guide(self, conditional, unconditional, scale):
+        """The pipeline's form: cond + g (cond - uncond), so a scale g means one more unit than SD3's."""
+        return conditional + scale * (conditional - unconditional)
 
     def condition_frames(self, latents: torch.Tensor, generator: torch.Generator | None = None):
         # v2v gives the pipeline's `num_latent_conditional_frames` clean.
         clean = {"t2v": 0, "i2v": 1, "v2v": call_default(self.pipeline, "num_latent_conditional_frames")}
         return draw_condition_frames(self, latents, clean, generator)
 
-    def predict_velocity(self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None):
+    def predict_velocity(
+        self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None, timesteps=None
+    ):
         """As the pipeline's denoising loop: frames in `condition_frames` hold their clean latents (the trainer does
         not noise them), are flagged by `condition_mask` and get the conditional-frame timestep; their velocity is
         zero, so a sampler step keeps them clean (the pipeline's ground-truth velocity for clean frames)."""

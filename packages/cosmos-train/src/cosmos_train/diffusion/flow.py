@@ -26,9 +26,15 @@ def add_noise(
     x0: torch.Tensor, noise: torch.Tensor, sigmas: torch.Tensor, condition_frames: torch.Tensor | None = None
 ) -> torch.Tensor:
     sigma = per_row(sigmas, x0)
-    noisy = (1 - sigma) * x0 + sigma * noise
-    clean = frame_mask(condition_frames, x0)
-    return noisy if clean is None else clean * x0 + (1 - clean) * noisy
+    return keep_clean_frames((1 - sigma) * x0 + sigma * noise, x0, condition_frames)
+
+
+def keep_clean_frames(
+    x: torch.Tensor, clean_values: torch.Tensor, condition_frames: torch.Tensor | None
+) -> torch.Tensor:
+    """`x` with the frames marked in `condition_frames` taken from `clean_values` (unchanged without any)."""
+    clean = frame_mask(condition_frames, x)
+    return x if clean is None else clean * clean_values + (1 - clean) * x
 
 
 def sample_sigmas(

@@ -4,7 +4,7 @@ depend on: the media bytes, the caption, the transform and the adapter's encoder
     cached = cache_pairs(dataset, adapter, cache_dir)   # items {"latents", "conditioning", "prompt", ...}
     batch = cached.collate([cached[0], cached[1]])
 
-Diffusion SFT trains from it (`[data] cache = true`), and DDRL's data term (`[real_data] cache = true`).
+Diffusion SFT and DDRL train from it when `[data] cache = true` (`training_pairs`).
 """
 
 from __future__ import annotations
@@ -202,4 +202,19 @@ class CachedPairs(torch.utils.data.Dataset):
         return collate_pairs(items, self.ragged)
 
 
-__all__ = ["CachedPairs", "LatentCache", "cache_pairs", "encoder_fingerprint"]
+def training_pairs(section, adapter, args) -> tuple[Any, Any]:
+    """A job's `[data]` pairs and their collator for training: cached (latents and text embeddings, written by the
+    main process first, read by the others) when the section asks."""
+    from ..data.pairs import load_pairs
+
+    dataset, report = load_pairs(section, video=adapter.video)
+    logger.info("training on %d pairs (%d skipped)", report.kept, report.skipped)
+    if not section.cache:
+        return dataset, collate_pairs
+    cache_dir = Path(section.cache_dir or Path(args.output_dir) / "cache")
+    with args.main_process_first(desc="caching latents and text embeddings"):
+        cached = cache_pairs(dataset, adapter, cache_dir)
+    return cached, cached.collate
+
+
+__all__ = ["CachedPairs", "LatentCache", "cache_pairs", "encoder_fingerprint", "training_pairs"]

@@ -35,8 +35,9 @@ class SanaAdapter(DiffusionAdapter):
     pipeline_class = "SanaPipeline"
     # Validation samples come at the trained size, not snapped to the pipeline's resolution bins.
     generate_kwargs = {"use_resolution_binning": False}
-    # diffusers' train_dreambooth_lora_sana.py defaults.
-    lora_target_modules = ("to_k", "to_q", "to_v")
+    # Self- and cross-attention (attn1, attn2) with their output projections, as cosmos-rl's SANA configs.
+    lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")
+    rollout_solver = "euler"  # cosmos-rl's DiffusionNFT config for SANA
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         return encode_gemma_prompts(self.pipeline, prompts, self.device, self.options.max_sequence_length)
@@ -52,15 +53,17 @@ class SanaAdapter(DiffusionAdapter):
         vae = self.pipeline.vae
         return vae.decode(latents.to(vae.dtype) / vae.config.scaling_factor, return_dict=False)[0]
 
-    def model_timesteps(self, sigmas: torch.Tensor) -> torch.Tensor:
-        return super().model_timesteps(sigmas) * self.transformer.config.timestep_scale
+    def model_timesteps(self, sigmas, timesteps=None):
+        return super().model_timesteps(sigmas, timesteps) * self.transformer.config.timestep_scale
 
-    def predict_velocity(self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None):
-        return sana_velocity(self, transformer, noisy_latents, sigmas, conditioning)
+    def predict_velocity(
+        self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None, timesteps=None
+    ):
+        return sana_velocity(self, transformer, noisy_latents, sigmas, conditioning, timesteps)
 
 
 def sana_velocity(
-    adapter: DiffusionAdapter, transformer, noisy_latents, sigmas, conditioning
+    adapter: DiffusionAdapter, transformer, noisy_latents, sigmas, conditioning, timesteps=None
 ) -> torch.Tensor:
     """SANA's and SANA-Video's transformer call on Gemma2 embeddings; a learned-sigma output keeps its velocity
     half."""
@@ -69,7 +72,7 @@ def sana_velocity(
         noisy_latents.to(dtype),
         encoder_hidden_states=conditioning["prompt_embeds"].to(dtype),
         encoder_attention_mask=conditioning["prompt_attention_mask"],
-        timestep=adapter.model_timesteps(sigmas),
+        timestep=adapter.model_timesteps(sigmas, timesteps),
         return_dict=False,
     )[0]
     config = adapter.transformer.config

@@ -25,7 +25,8 @@ class SanaVideoAdapter(DiffusionAdapter):
     frames_argument = "frames"
     # Validation samples come at the trained size, not snapped to the pipeline's resolution bins.
     generate_kwargs = {"use_resolution_binning": False}
-    lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")
+    lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")  # attn1 and attn2, as SANA
+    rollout_solver = "euler"  # as SANA
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         return encode_gemma_prompts(self.pipeline, prompts, self.device, self.options.max_sequence_length)
@@ -53,5 +54,7 @@ class SanaVideoAdapter(DiffusionAdapter):
         mean, inv_std = self._stats(latents)
         return vae.decode(latents / inv_std + mean, return_dict=False)[0]
 
-    def predict_velocity(self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None):
-        return sana_velocity(self, transformer, noisy_latents, sigmas, conditioning)
+    def predict_velocity(
+        self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None, timesteps=None
+    ):
+        return sana_velocity(self, transformer, noisy_latents, sigmas, conditioning, timesteps)

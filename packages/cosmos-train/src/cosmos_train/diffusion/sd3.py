@@ -10,7 +10,20 @@ from .adapter import DiffusionAdapter, call_default, truncation_warned_once
 
 class StableDiffusion3Adapter(DiffusionAdapter):
     pipeline_class = "StableDiffusion3Pipeline"
-    lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")
+    # Both streams' attention projections, image (to_*) and text (add_*), as DiffusionNFT and FlowGRPO train
+    # (and diffusers' train_dreambooth_lora_sd3.py): without add_* the text stream is never adapted.
+    lora_target_modules = (
+        "to_q",
+        "to_k",
+        "to_v",
+        "to_out.0",
+        "add_q_proj",
+        "add_k_proj",
+        "add_v_proj",
+        "to_add_out",
+    )
+    # DiffusionNFT and FlowGRPO train SD3.5 at 512 x 512 with 128 T5 tokens (the pipeline: 1024 and 256).
+    rl_sample_defaults = {"height": 512, "width": 512, "max_sequence_length": 128}
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         length = self.options.max_sequence_length or call_default(self.pipeline, "max_sequence_length")
@@ -40,11 +53,28 @@ class StableDiffusion3Adapter(DiffusionAdapter):
         latents = latents / vae.config.scaling_factor + vae.config.shift_factor
         return vae.decode(latents.to(vae.dtype)).sample
 
-    def predict_velocity(self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None):
+    def grid_kwargs(self, num_steps, latent_shape):
+        """The resolution-dependent shift `mu` when the scheduler shifts dynamically, as the pipeline computes it."""
+        config = self.pipeline.scheduler.config
+        if not config.get("use_dynamic_shifting"):
+            return {}
+        from diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3 import calculate_shift
+
+        patch = self.transformer.config.patch_size
+        sequence = (latent_shape[-2] // patch) * (latent_shape[-1] // patch)
+        names = ("base_image_seq_len", "max_image_seq_len", "base_shift", "max_shift")
+        defaults = (256, 4096, 0.5, 1.16)
+        return {
+            "mu": calculate_shift(sequence, *(config.get(n, d) for n, d in zip(names, defaults, strict=True)))
+        }
+
+    def predict_velocity(
+        self, transformer, noisy_latents, sigmas, conditioning, condition_frames=None, timesteps=None
+    ):
         dtype = self.transformer.dtype
         return transformer(
             hidden_states=noisy_latents.to(dtype),
-            timestep=self.model_timesteps(sigmas),
+            timestep=self.model_timesteps(sigmas, timesteps),
             encoder_hidden_states=conditioning["prompt_embeds"].to(dtype),
             pooled_projections=conditioning["pooled_prompt_embeds"].to(dtype),
             return_dict=False,

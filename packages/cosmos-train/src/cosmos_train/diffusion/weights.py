@@ -31,10 +31,13 @@ class ParameterCopy(EMAModel):
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         self.names = [name for name, _ in named]
         self.parameters = [p for _, p in named]
+        self.global_step = 0
         super().__init__(self.parameters, decay=decay, foreach=False)
 
-    def update(self) -> None:
-        """One averaging step towards the current trained parameters (after an optimizer step)."""
+    def update(self, step: int) -> None:
+        """One averaging step towards the current trained parameters, after optimizer step `step` (the trainer's
+        count of steps done, which the decay schedules below follow, as the references' `global_step`)."""
+        self.global_step = step
         self.step(self.parameters)
 
     @contextlib.contextmanager
@@ -85,12 +88,17 @@ class ParameterCopy(EMAModel):
 
 
 class ExponentialAverage(ParameterCopy):
-    """The EMA of the trained weights (`EMAModel`'s decay with its warm-up), for validation and exports."""
+    """The EMA of the trained weights, for evaluation, validation and exports. Its decay ramps up with the optimizer
+    step s as min((1 + s) / (10 + s), decay), as FlowGRPO's and DiffusionNFT's `EMAModuleWrapper`."""
 
     filename = "ema.safetensors"
 
     def __init__(self, model: torch.nn.Module, decay: float):
         super().__init__(model, decay=decay)
+
+    def get_decay(self, optimization_step: int) -> float:
+        step = self.global_step
+        return min((1 + step) / (10 + step), self.decay)
 
     def copy_into_model(self) -> None:
         """Overwrite the trained parameters with the average (exports of a checkpoint)."""
@@ -107,8 +115,8 @@ def old_policy_decay(decay_type: int, step: int) -> float:
 
 
 class OldPolicy(ParameterCopy):
-    """DiffusionNFT's old policy: theta_old <- d * theta_old + (1 - d) * theta after each update, d from
-    `old_policy_decay(decay_type, step)`."""
+    """DiffusionNFT's old policy: theta_old <- d * theta_old + (1 - d) * theta once per rollout, after all of its
+    optimizer steps, d from `old_policy_decay(decay_type, step)` (`train_nft_sd3.py`, `return_decay`)."""
 
     filename = "old_policy.safetensors"
 
@@ -117,4 +125,4 @@ class OldPolicy(ParameterCopy):
         super().__init__(model, decay=1.0)
 
     def get_decay(self, optimization_step: int) -> float:
-        return old_policy_decay(self.decay_type, optimization_step)
+        return old_policy_decay(self.decay_type, self.global_step)

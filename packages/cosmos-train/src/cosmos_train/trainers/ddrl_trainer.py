@@ -1,119 +1,268 @@
-"""DDRL (Ye et al., "Data-regularized Reinforcement Learning for Diffusion Models at Scale", 2025).
+"""DDRL (Ye et al., "Data-regularized Reinforcement Learning for Diffusion Models at Scale", 2025), as cosmos-rl
+computes it (`cosmos_rl/policy/trainer/wfm_trainer.py`: `get_rollout_samples`, `rl_training_step`; the sampler of
+`cosmos_rl/policy/model/wfm/sampler`; the data term of `wfm/models/t2v_model.py`).
 
-FlowGRPO's rollouts and clipped-ratio reward term (`FlowGRPOTrainer`), with the reverse KL to a reference model
-(off by default) replaced by a forward KL to data: `data_beta` times the flow-matching SFT loss on a batch of
-real data, drawn for each micro-batch (or only for each chunk's first trained step, `data_on_first_only`). With
-`use_rl_sigma_and_noise` the data latents are noised at the micro-batch's rollout sigma with the rollout's
-initial noise for those rows, as cosmos-rl does; otherwise as diffusion SFT draws them. For video families the
-data term mixes t2v / i2v (/ v2v) by the number of clean conditional frames (`adapter.condition_frames`).
+The story of a rollout, on a batch of DATA items (`docs/diffusion-algorithms.md` has the math):
+1. rollout: the current policy samples K videos or images per item from its caption, the first 0 or 1 latent
+   frames given clean from the item itself (drawn per item), with the "2ab" sampler in EDM units
+   (x = x0 + s * noise, s = sigma / (1 - sigma)) on the pipeline's own grid: at each step EDM churn raises the
+   level to s^ = s (1 + eta) with fresh noise, then a 2nd-order Adams-Bashforth step (`ab2_step`) goes to the next
+   level; a final call denoises at the last level. Per trained step the churned state x^_i, its level, the step's
+   mean mu_old and the next churned state x' are kept;
+2. each reward is normalised within the item's group on its own (torch's std), the advantages averaged
+   (optionally -exp(-A), `exp_reward`);
+3. micro-batches go chunk by chunk over the trained steps (every other one): the current model's mean mu_theta of
+   the same step gives the log-ratio mean(|x' - mu_old|^2 - |x' - mu_theta|^2) (no 1 / (2 sigma^2)) for the
+   clipped objective, plus `data_beta` times the EDM-weighted data term on the SAME items at the step's level with
+   the rollout's initial noise, caption dropout 0.2; the whole loss times `loss_scale` (10);
+4. one optimizer step per rollout (on-policy: the ratio is 1 in value, only its gradient acts).
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+import math
 
 import torch
 
-from ..data.loading import DataError
-from ..diffusion.flow import add_noise, flow_matching_loss, sample_sigmas
-from .flow_grpo_trainer import FlowGRPOTrainer
+from ..diffusion.flow import add_noise, keep_clean_frames, per_row, sample_sigmas
+from ..diffusion.sampling import ab2_step, churn_eta, to_edm, to_flow
+from .diffusion_rl import DiffusionRLTrainer
+from .flow_grpo_trainer import clipped_policy_loss
 
 logger = logging.getLogger(__name__)
 
+EDM_SIGMA_MAX = (
+    200.0  # cosmos-rl's SDEConfig sigma_max: grid levels above it (a flow sigma of 1) are capped to it
+)
 
-class RealData:
-    """Batches of real data for the data term, encoded (no gradients) unless cached. Each rollout reads a
-    permutation seeded by (seed, optimizer step), so a resumed run draws the same data."""
 
-    def __init__(self, dataset, collate, adapter, seed: int):
-        self.dataset, self.collate, self.adapter, self.seed = dataset, collate, adapter, seed
-        self.order: list[int] = []
+def edm_levels(grid) -> list[float]:
+    """The 2ab sampler's N + 1 EDM levels from the pipeline's grid for N + 1 steps (`grid`, Karras for
+    Cosmos-Predict2.5: 200 ... 0.01 as cosmos-rl's `get_rev_ts`), its final 0 left out, capped at 200."""
+    return [min(to_edm(sigma), EDM_SIGMA_MAX) for sigma in grid.sigmas[:-1].tolist()]
 
-    def start(self, step: int) -> None:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        self.order = torch.randperm(len(self.dataset), generator=generator).tolist()
-        self.next = 0
+
+def ddrl_advantages(
+    scores: dict[str, torch.Tensor], weights: dict[str, float], group_size: int, exp_reward: bool = False
+) -> torch.Tensor:
+    """Each reward normalised within its group on its own, (s - group mean) / (torch's std, ddof 1, + 1e-4), then
+    averaged (weighted by the rewards' weights, Sum w A / Sum |w|); with `exp_reward`, A -> -exp(-A)
+    (`t2v_model.py` `_sync_rewards_across_rollouts`, `wfm_trainer.py`)."""
+    from .diffusion_rl import group_advantages
+
+    total = sum(
+        weights[name] * group_advantages(values, group_size, global_std=False, ddof=1)
+        for name, values in scores.items()
+    )
+    advantages = total / sum(abs(weights[name]) for name in scores)
+    return -torch.exp(-advantages) if exp_reward else advantages
+
+
+def log_ratio(sample: torch.Tensor, mu_old: torch.Tensor, mu_theta: torch.Tensor) -> torch.Tensor:
+    """DDRL's per-row log-ratio mean(|x' - mu_old|^2 - |x' - mu_theta|^2), no 1 / (2 sigma^2) (`rl_training_step`)."""
+    dims = tuple(range(1, sample.dim()))
+    return ((sample - mu_old) ** 2 - (sample - mu_theta) ** 2).mean(dims)
+
+
+def edm_data_loss(
+    prediction: torch.Tensor, x0: torch.Tensor, noise: torch.Tensor, sigmas: torch.Tensor
+) -> torch.Tensor:
+    """The data term: mean over all elements of (s^2 + 1) / s^2 |x0 - x0_pred|^2 in EDM units (s = sigma / (1 -
+    sigma)), that is (sigma^2 + (1 - sigma)^2) |v_pred - (noise - x0)|^2 in flow units
+    (`compute_loss_with_epsilon_and_sigma`, `get_per_sigma_loss_weights`). Clean frames have a zero velocity error."""
+    t = per_row(sigmas, x0)
+    return ((t**2 + (1 - t) ** 2) * (prediction.float() - (noise - x0)) ** 2).mean()
+
+
+class DDRLTrainer(DiffusionRLTrainer):
+    def __init__(self, adapter, rewards, job, lora=None, **kwargs):
+        self.ddrl = job.ddrl
+        super().__init__(
+            adapter,
+            rewards,
+            job,
+            ema_decay=self.ddrl.ema_decay,
+            lora=lora,
+            kl_beta=self.ddrl.kl_beta,
+            **kwargs,
+        )
+        self.size = (job.data.height, job.data.width, job.data.num_frames if adapter.video else None)
+        self.sampling_steps = job.rollout.sampling_steps
+        self.trained = job.ddrl.trained_steps(self.sampling_steps)
+        self.eta = churn_eta(self.sampling_steps, self.ddrl.s_churn)
+
+    def edm_levels(self) -> list[float]:
+        return edm_levels(self.grid(self.sampling_steps + 1))
+
+    # --- 1. rollout on the data items ------------------------------------------------------------------------
+
+    def data(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The items' latents and caption conditioning (cached or encoded now)."""
+        device = self.adapter.device
+        with torch.no_grad():
+            if "latents" in batch:
+                return batch["latents"].to(device).float(), {
+                    k: v.to(device) for k, v in batch["conditioning"].items()
+                }
+            return self.adapter.encode_pixels(
+                batch["pixels"].to(device)
+            ).float(), self.adapter.encode_prompts(batch["prompts"])
+
+    def condition_frames(self, latents: torch.Tensor) -> torch.Tensor | None:
+        """`B x T` clean leading latent frames, their count drawn per item in [min, max] (video families)."""
+        if not self.adapter.video:
+            return None
+        frames = latents.shape[2]
+        low = min(self.ddrl.min_num_conditional_frames, frames - 1)
+        high = min(self.ddrl.max_num_conditional_frames, frames - 1)
+        counts = torch.randint(low, high + 1, (latents.shape[0],))
+        return (torch.arange(frames)[None] < counts[:, None]).to(latents.device)
+
+    def x0_prediction(
+        self, transformer, x: torch.Tensor, s: float, conditioning, clean: torch.Tensor, frames
+    ) -> torch.Tensor:
+        """The data prediction at EDM state `x` and level `s`: the flow model at sigma = s / (1 + s) on
+        x / (1 + s), clean frames given their data latents (so their x0 is the data's)."""
+        sigma = to_flow(s)
+        sigmas = torch.full((x.shape[0],), sigma, device=x.device)
+        flow_x = x / (1 + s)
+        flow_x = keep_clean_frames(flow_x, clean, frames)
+        v = self.adapter.predict_velocity(transformer, flow_x, sigmas, conditioning, frames).float()
+        return flow_x - sigma * v
 
     @torch.no_grad()
-    def batch(self, rows: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        indices = [self.order[(self.next + i) % len(self.order)] for i in range(rows)]
-        self.next += rows
-        batch = self.collate([self.dataset[i] for i in indices])
-        device = self.adapter.device
-        if "latents" in batch:  # cached
-            conditioning = {k: v.to(device) for k, v in batch["conditioning"].items()}
-            return batch["latents"].to(device).float(), conditioning
-        latents = self.adapter.encode_pixels(batch["pixels"].to(device)).float()
-        return latents, self.adapter.encode_prompts(batch["prompts"])
+    def rollout(self, prompts, metadata, batch):
+        latents, conditioning = self.data(batch)
+        if tuple(latents.shape[1:]) != self.latent_shape():
+            raise RuntimeError(
+                f"data latents {tuple(latents.shape[1:])} differ from the rollout's {self.latent_shape()}"
+            )
+        k = self.group_size
+        frames = self.condition_frames(latents)
+        clean = latents.repeat_interleave(k, 0)
+        frames = None if frames is None else frames.repeat_interleave(k, 0)
+        conditioning = {key: value.repeat_interleave(k, 0) for key, value in conditioning.items()}
+        noise = self.noise(len(prompts), self.ddrl.use_same_seed)  # unit noise; x_T = 200 * noise
+        levels = self.edm_levels()
+        transformer = self.model
+        x, previous, steps = noise * levels[0], None, {}
+        wanted = set(self.trained) | {i + 1 for i in self.trained}  # trained steps and their next states
+        for i in range(self.sampling_steps):
+            s_hat = levels[i] * (1 + self.eta)
+            x = x + math.sqrt(s_hat**2 - levels[i] ** 2) * torch.randn_like(x)  # churn
+            x0 = self.x0_prediction(transformer, x, s_hat, conditioning, clean, frames)
+            mu = ab2_step(x.double(), s_hat, levels[i + 1], x0.double(), previous).float()
+            if i in wanted:
+                steps[i] = {
+                    "x": x,
+                    "s_hat": s_hat,
+                    "s_next": levels[i + 1],
+                    "mu_old": mu,
+                    "previous": previous,
+                }
+            previous, x = (x0.double(), s_hat), mu
+        final = self.x0_prediction(transformer, x, levels[-1], conditioning, clean, frames)
+        for i in self.trained:  # x' of step i: step i + 1's churned state (the last step's: the clean sample)
+            steps[i]["sample"] = steps[i + 1]["x"] if i + 1 < self.sampling_steps else final
+        return {
+            "latents_for_reward": final,
+            "steps": {i: steps[i] for i in self.trained},
+            "noise": noise,
+            "clean": clean,
+            "frames": frames,
+            "conditioning": conditioning,
+        }
 
+    # --- 2. advantages ---------------------------------------------------------------------------------------
 
-class DDRLTrainer(FlowGRPOTrainer):
-    def __init__(self, adapter, rewards, job, **kwargs):
-        super().__init__(adapter, rewards, job, **kwargs)
-        self.real_data = None
-        if job.real_data is not None and job.ddrl.data_beta > 0:
-            self.real_data = load_real_data(job.real_data, adapter, self.args)
+    def advantages(self, scores):
+        advantages = ddrl_advantages(scores, self.reward_weights(), self.group_size, self.ddrl.exp_reward)
+        return advantages.float().to(self.adapter.device)
+
+    # --- 3. micro-batches: chunk by chunk over the trained steps -----------------------------------------------
 
     def micro_batches(self, rollout):
-        batches = super().micro_batches(rollout)
-        ddrl = self.algorithm
-        if ddrl.data_beta == 0 or self.real_data is None:
-            return batches
-        self.real_data.start(self.state.global_step)
-        for batch in batches:
-            if ddrl.data_on_first_only and batch["slot"] != 0:
-                continue
-            latents, conditioning = self.real_data.batch(batch["x"].shape[0])
-            if ddrl.use_rl_sigma_and_noise:
-                if latents.shape != batch["noise"].shape:
-                    raise DataError(
-                        f"[real_data] gives latents {tuple(latents.shape[1:])} but the rollout's are "
-                        f"{tuple(batch['noise'].shape[1:])}: match its height/width/num_frames to [rollout], "
-                        "or set [ddrl] use_rl_sigma_and_noise = false"
-                    )
-                noise = batch["noise"]
-                sigmas = torch.full((latents.shape[0],), batch["sigma"], device=latents.device)
-            else:  # as diffusion SFT: logit-normal noise levels, shifted as the model does
-                noise = torch.randn_like(latents)
-                sigmas = self.adapter.shift_sigmas(
-                    sample_sigmas(latents.shape[0], "logit_normal", 0.0, 1.0, 1.29)
+        rows = rollout["noise"].shape[0]
+        batches = []
+        for chunk in self.sample_chunks(rows):
+            for i in self.trained:
+                step = rollout["steps"][i]
+                previous = step["previous"]
+                batches.append(
+                    {
+                        "step": i,
+                        "x": step["x"][chunk],
+                        "s_hat": step["s_hat"],
+                        "s_next": step["s_next"],
+                        "mu_old": step["mu_old"][chunk],
+                        "sample": step["sample"][chunk],
+                        "previous": None if previous is None else (previous[0][chunk], previous[1]),
+                        "advantages": rollout["advantages"][chunk],
+                        "noise": rollout["noise"][chunk],
+                        "clean": rollout["clean"][chunk],
+                        "frames": None if rollout["frames"] is None else rollout["frames"][chunk],
+                        "conditioning": {k: v[chunk] for k, v in rollout["conditioning"].items()},
+                    }
                 )
-            batch["data"] = {
-                "latents": latents,
-                "conditioning": conditioning,
-                "noise": noise,
-                "sigmas": sigmas.to(latents.device),
-                "condition_frames": self.adapter.condition_frames(latents),
-            }
         return batches
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss = self.policy_loss(model, inputs)
-        data = inputs.get("data")
-        if data is not None:
-            frames = data["condition_frames"]
-            noisy = add_noise(data["latents"], data["noise"], data["sigmas"], frames)
-            prediction = self.adapter.predict_velocity(
-                model, noisy, data["sigmas"], data["conditioning"], frames
-            )
-            data_loss = flow_matching_loss(prediction, data["latents"], data["noise"], data["sigmas"], frames)
+        x, s_hat, s_next, previous = inputs["x"], inputs["s_hat"], inputs["s_next"], inputs["previous"]
+        conditioning, clean, frames = inputs["conditioning"], inputs["clean"], inputs["frames"]
+
+        def mean_of(transformer) -> torch.Tensor:
+            x0 = self.x0_prediction(transformer, x, s_hat, conditioning, clean, frames)
+            old = None if previous is None else (previous[0].float(), previous[1])
+            return ab2_step(x, s_hat, s_next, x0, old)
+
+        # The frozen prediction first: switching adapters after the trained forward would touch its graph.
+        mu_reference = None
+        if self.ddrl.kl_beta > 0:
+            with torch.no_grad(), self.reference() as reference:
+                mu_reference = mean_of(reference)
+        mu_theta = mean_of(model)
+        ratio_log = log_ratio(inputs["sample"], inputs["mu_old"], mu_theta).double()
+        a_max = self.ddrl.adv_clip_max
+        advantages = inputs["advantages"].double().clamp(-a_max, a_max)
+        loss, stats = clipped_policy_loss(
+            ratio_log, torch.zeros_like(ratio_log), advantages, self.ddrl.clip_range
+        )
+        for key, value in stats.items():
+            self._metrics[key].append(value)
+        self._metrics["policy_loss"].append(loss.item())
+        if mu_reference is not None:
+            kl = ((mu_reference - mu_theta) ** 2).mean()
+            loss = loss + self.ddrl.kl_beta * kl
+            self._metrics["kl"].append(kl.item())
+        if self.ddrl.data_beta > 0 and (not self.ddrl.data_on_first_only or inputs["step"] == 0):
+            data_loss = self.data_loss(model, inputs)
+            loss = loss + self.ddrl.data_beta * data_loss
             self._metrics["data_loss"].append(data_loss.item())
-            loss = loss + self.algorithm.data_beta * data_loss
+        loss = (loss * self.ddrl.loss_scale).float()
         return (loss, None) if return_outputs else loss
 
-
-def load_real_data(section, adapter, args) -> RealData:
-    """`[real_data]` as the data term's batches: pairs, cached as the section says."""
-    from ..data.pairs import collate_pairs, load_pairs
-    from ..diffusion.latent_cache import cache_pairs
-
-    dataset, report = load_pairs(section, video=adapter.video)
-    logger.info("data term on %d real pairs (%d skipped)", report.kept, report.skipped)
-    collate = collate_pairs
-    if section.cache:
-        cache_dir = Path(section.cache_dir or Path(args.output_dir) / "cache")
-        with args.main_process_first(desc="caching latents and text embeddings"):
-            dataset = cache_pairs(dataset, adapter, cache_dir)  # the main process writes, the others read
-        collate = dataset.collate
-    return RealData(dataset, collate, adapter, args.seed)
+    def data_loss(self, model, inputs) -> torch.Tensor:
+        """The EDM-weighted data term on the rollout's own data rows: at the trained step's churned level with the
+        rollout's initial noise (`use_rl_sigma_and_noise`), else at a level drawn as diffusion SFT draws it;
+        each row's caption embedding zeroed with probability `caption_dropout` (its text conditioner's dropout)."""
+        clean, frames = inputs["clean"], inputs["frames"]
+        rows = clean.shape[0]
+        if self.ddrl.use_rl_sigma_and_noise:
+            noise = inputs["noise"]
+            sigmas = torch.full((rows,), to_flow(inputs["s_hat"]), device=clean.device)
+        else:
+            noise = torch.randn_like(clean)
+            sigmas = self.adapter.shift_sigmas(sample_sigmas(rows, "logit_normal", 0.0, 1.0, 1.29)).to(
+                clean.device
+            )
+        kept = (torch.rand(rows, device=clean.device) >= self.ddrl.caption_dropout).float()
+        conditioning = {
+            key: value * per_row(kept, value).to(value.dtype) if value.is_floating_point() else value
+            for key, value in inputs["conditioning"].items()
+        }
+        noisy = add_noise(clean, noise, sigmas, frames)
+        prediction = self.adapter.predict_velocity(model, noisy, sigmas, conditioning, frames)
+        # Clean frames carry no loss (the reference replaces their prediction by the data's).
+        prediction = keep_clean_frames(prediction.float(), noise - clean, frames)
+        return edm_data_loss(prediction, clean, noise, sigmas)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -26,14 +27,21 @@ logger = logging.getLogger(__name__)
 EXPORTS = "safetensors"  # output_dir/safetensors/step_N/: what users load
 
 
-class AfterEachStep(TrainerCallback):
-    """Updates a weight copy (the EMA, an old policy) after every optimizer step."""
+class UpdateCopies(TrainerCallback):
+    """Updates the trainer's weight copies (the EMA, an old policy) after the optimizer steps each one's `when(step)`
+    picks (`step`: the steps done)."""
 
-    def __init__(self, copy: ParameterCopy):
-        self.copy = copy
+    def __init__(self):
+        self.schedule: list[tuple[ParameterCopy, Callable[[int], bool]]] = []
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.copy.update()
+        for copy, when in self.schedule:
+            if when(state.global_step):
+                copy.update(state.global_step)
+
+
+def every_step(step: int) -> bool:
+    return True
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -110,7 +118,12 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
     pipeline (or LoRA) written beside each checkpoint. Subclasses implement `compute_loss`."""
 
     def __init__(
-        self, adapter: DiffusionAdapter, ema_decay: float | None = None, lora: dict | None = None, **kwargs
+        self,
+        adapter: DiffusionAdapter,
+        ema_decay: float | None = None,
+        lora: dict | None = None,
+        ema_every: int = 1,
+        **kwargs,
     ):
         super().__init__(model=adapter.transformer, **kwargs)
         self.adapter = adapter
@@ -118,13 +131,18 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
         self.model_accepts_loss_kwargs = False  # our loss is a mean: Trainer scales it for accumulation
         _diffusers_safe_tensorboard(self)
         self.saved_copies: list[ParameterCopy] = []  # saved in each checkpoint, restored on resume
-        self.ema = (
-            self.keep_updated(ExponentialAverage(adapter.transformer, ema_decay)) if ema_decay else None
-        )
+        self.copy_updates = UpdateCopies()
+        self.add_callback(self.copy_updates)
+        self.ema = None
+        if ema_decay:
+            # Every `ema_every` steps, at steps s with (s + 1) % ema_every == 0 (FlowGRPO's update_step_interval 8).
+            self.ema = self.keep_updated(
+                ExponentialAverage(adapter.transformer, ema_decay), lambda step: (step + 1) % ema_every == 0
+            )
 
-    def keep_updated(self, copy: ParameterCopy) -> ParameterCopy:
-        """Update `copy` after every optimizer step and keep it in checkpoints."""
-        self.add_callback(AfterEachStep(copy))
+    def keep_updated(self, copy: ParameterCopy, when: Callable[[int], bool] = every_step) -> ParameterCopy:
+        """Update `copy` after the optimizer steps `when(step)` picks (all by default); keep it in checkpoints."""
+        self.copy_updates.schedule.append((copy, when))
         self.saved_copies.append(copy)
         return copy
 

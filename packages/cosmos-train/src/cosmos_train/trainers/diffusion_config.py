@@ -125,7 +125,7 @@ def diffusion_training_arguments(
         job.train,
         source,
         forced=forced,
-        defaults=device_defaults(job.launch.backend, source),
+        defaults=device_defaults(job.launch.backend, source) | job.train_defaults,
         # A diffusers model is no transformers PreTrainedModel: the trainer turns diffusers' own
         # gradient checkpointing on instead.
         exclude=("resume_from_checkpoint", "gradient_checkpointing"),

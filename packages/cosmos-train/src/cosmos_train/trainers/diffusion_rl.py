@@ -1,18 +1,21 @@
 """What the online diffusion RL trainers (DiffusionNFT, FlowGRPO, DDRL) share, on `DiffusionTrainer`.
 
-One optimizer step is one rollout, told the way TRL's GRPOTrainer tells it:
-1. `_prepare_inputs` takes a batch of prompts; at the start of each step it samples K images or videos per
-   prompt (`rollout`, written by each algorithm), decodes and scores them with the job's rewards, turns the
-   rewards into group-normalised advantages, and cuts the result into micro-batches (`micro_batches`);
-   every call returns the next micro-batch, so the Trainer's gradient accumulation covers one rollout;
+One rollout feeds one or more optimizer steps, told the way TRL's GRPOTrainer tells it:
+1. `_prepare_inputs` takes a batch of prompts; at the start of each rollout it samples K images or videos per
+   prompt (`rollout`, written by each algorithm) on the pipeline's own noise grid (`grid`), decodes and scores them
+   with the job's rewards (`score`), turns the scores into advantages (`advantages`, each algorithm's form of
+   `group_advantages`), and cuts the result into micro-batches (`micro_batches`): chunks of samples, each at its
+   trained timesteps, chunk after chunk, so that several updates per rollout split it by samples. Every call
+   returns the next micro-batch, so the Trainer's gradient accumulation covers a whole number of chunks;
 2. `compute_loss` (each algorithm's) trains on one micro-batch.
-Rewards, advantages, the EMA, checkpoints, exports and logging are shared here and in `diffusion_base.py`;
-`run_diffusion_rl` runs any of them (the job's kind names the trainer class).
+Rewards, advantages, evaluation (`RLEvaluation`), the EMA, checkpoints, exports and logging are shared here and in
+`diffusion_base.py`; `run_diffusion_rl` runs any of them (the job's kind names the trainer class).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 from collections import defaultdict
@@ -20,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 
-from ..diffusion.sampling import Guidance, to_uint8_media
+from ..diffusion.sampling import Guidance, NoiseGrid, noise_grid, to_uint8_media
 from ..diffusion.weights import ParameterCopy
 from ..jobs import Job
 from .common import train_and_save
@@ -29,50 +33,107 @@ from .diffusion_base import DiffusionTrainer, load_for_training
 
 logger = logging.getLogger(__name__)
 
-REWARD_CLIP = 5.0  # each reward, and their weighted sum, is clipped to +-5 (cosmos-rl's remote calculator)
+ADVANTAGE_EPSILON = 1e-4  # (R - mean) / (std + 1e-4), in every reference
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, global_std: bool = False) -> torch.Tensor:
-    """(R - mean of the prompt's K samples) / (std + 1e-4); rows are grouped K by K, in order."""
+def group_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    global_std: bool = True,
+    everyone: torch.Tensor | None = None,
+    ddof: int = 0,
+) -> torch.Tensor:
+    """(R - the mean of the prompt's K samples) / (std + 1e-4), rows grouped K by K in order. The std is over
+    `everyone` (every process's rewards, gathered; default: `rewards`) when `global_std`, else each group's own;
+    `ddof` 0 is numpy's std, as DiffusionNFT's and FlowGRPO's `PerPromptStatTracker`, 1 torch's, as cosmos-rl's."""
     groups = rewards.reshape(-1, group_size)
-    std = rewards.std() if global_std else groups.std(dim=1, keepdim=True)
-    return ((groups - groups.mean(dim=1, keepdim=True)) / (std + 1e-4)).reshape(-1)
+    centred = groups - groups.mean(dim=1, keepdim=True)
+    if global_std:
+        std = (rewards if everyone is None else everyone).std(correction=ddof)
+    else:
+        std = groups.std(dim=1, keepdim=True, correction=ddof)
+    return (centred / (std + ADVANTAGE_EPSILON)).reshape(-1)
+
+
+def group_advantages_across(
+    accelerator, rewards: torch.Tensor, group_size: int, global_std: bool = True
+) -> torch.Tensor:
+    """`group_advantages` of this process's rows (whole prompt groups), the global std taken over the rewards of
+    every process (gathered), as the references' `accelerator.gather` before their stat tracker."""
+    everyone = None
+    if global_std and accelerator.num_processes > 1:
+        everyone = accelerator.gather(rewards.to(accelerator.device)).cpu()
+    return group_advantages(rewards, group_size, global_std, everyone)
+
+
+def weighted_reward(
+    scores: dict[str, torch.Tensor], weights: dict[str, float], clip: float | None = None
+) -> torch.Tensor:
+    """R = sum_f w_f s_f over the rewards (the references' `multi_score`); with `clip`, each score and the sum are
+    clipped to +-clip first (cosmos-rl's remote calculator, 5)."""
+    total = sum(
+        weights[name] * (values if clip is None else values.clamp(-clip, clip))
+        for name, values in scores.items()
+    )
+    return total if clip is None else total.clamp(-clip, clip)
 
 
 class DiffusionRLTrainer(DiffusionTrainer):
     """Rollout -> rewards -> advantages -> micro-batches, on transformers' `Trainer`. Subclasses take the job's
-    config (`job`, a `DiffusionRLJob`) and write `rollout(prompts, metadata)`, `micro_batches(rollout)` and
-    `compute_loss`."""
+    config (`job`, a `DiffusionRLJob`) and write `rollout(prompts, metadata, batch)`, `micro_batches(rollout)`
+    (`sample_chunks` cuts the rollout) and `compute_loss`, and may change `advantages(scores)`."""
 
     def __init__(self, adapter, rewards: list, job, train_dataset, args, kl_beta: float = 0.0, **kwargs):
-        super().__init__(adapter, train_dataset=RolloutPrompts(train_dataset, args), args=args, **kwargs)
+        updates = job.rollout.updates_per_rollout
+        super().__init__(
+            adapter, train_dataset=RolloutPrompts(train_dataset, args, updates), args=args, **kwargs
+        )
         # The frozen base for a KL term: a LoRA reaches it by disabling its adapters, full fine-tuning keeps a copy.
         self.reference_copy = None
         if kl_beta > 0 and self.lora is None:
             self.reference_copy = ParameterCopy(adapter.transformer)
         self.rewards = rewards
         self.rollout_config = job.rollout
-        height, width, frames = adapter.default_size()
-        rollout = job.rollout
-        self.size = (rollout.height or height, rollout.width or width, rollout.num_frames or frames)
+        self.group_size = job.rollout.samples_per_prompt
+        self.size = rl_sample_size(adapter, job.rollout)
+        self._grids: dict[int, NoiseGrid] = {}
         self._buffer: list[dict[str, Any]] = []
         self._metrics: dict[str, list[float]] = defaultdict(list)
         with torch.no_grad():
-            self.unconditional = adapter.encode_prompts([""])
+            self.unconditional = adapter.encode_prompts([adapter.negative_prompt])
+        self.evaluation = None
+        if job.eval is not None:
+            self.evaluation = RLEvaluation(self, job.eval)
+            self.add_callback(self.evaluation)
 
     # --- the rollout step ------------------------------------------------------------------------------
 
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         if not self._buffer:
-            prompts = [p for p in inputs["prompts"] for _ in range(self.rollout_config.samples_per_prompt)]
-            metadata = [m for m in inputs["metadata"] for _ in range(self.rollout_config.samples_per_prompt)]
-            rollout = self.rollout(prompts, metadata)
-            rollout["advantages"] = self.score(rollout.pop("latents_for_reward"), prompts, metadata)
+            prompts = [p for p in inputs["prompts"] for _ in range(self.group_size)]
+            metadata = [m for m in inputs["metadata"] for _ in range(self.group_size)]
+            rollout = self.rollout(prompts, metadata, inputs)
+            rollout["advantages"] = self.advantages(
+                self.score(rollout.pop("latents_for_reward"), prompts, metadata)
+            )
             self._buffer = self.micro_batches(rollout)
             expected = self.args.gradient_accumulation_steps * self.rollout_config.updates_per_rollout
             if len(self._buffer) != expected:
                 raise RuntimeError(f"a rollout gave {len(self._buffer)} micro-batches, not {expected}")
         return self._buffer.pop(0)
+
+    def rollout(self, prompts: list[str], metadata: list[dict], batch: dict[str, Any]) -> dict[str, Any]:
+        """Sample one image/video per prompt row (rows repeat each of `batch`'s prompts K times). Returns at least
+        `latents_for_reward` (clean latents to decode and score) and what `micro_batches` needs."""
+        raise NotImplementedError
+
+    def advantages(self, scores: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One advantage per row from each reward's scores (`score`): by default the references' form, the raw
+        weighted sum normalised within each prompt group by the global std."""
+        return self.group_advantages(weighted_reward(scores, self.reward_weights()), global_std=True)
+
+    def micro_batches(self, rollout: dict[str, Any]) -> list[dict[str, Any]]:
+        raise NotImplementedError
 
     @contextlib.contextmanager
     def reference(self):
@@ -88,19 +149,24 @@ class DiffusionRLTrainer(DiffusionTrainer):
         finally:
             transformer.enable_adapters()
 
-    def rollout(self, prompts: list[str], metadata: list[dict]) -> dict[str, Any]:
-        """Sample one image/video per prompt row (rows repeat each prompt K times). Returns at least
-        `latents_for_reward` (clean latents to decode and score) and what `micro_batches` needs."""
-        raise NotImplementedError
+    def grid(self, steps: int) -> NoiseGrid:
+        """The pipeline's own noise grid for `steps` sampler steps at the rollout size (`sampling.noise_grid`)."""
+        if steps not in self._grids:
+            self._grids[steps] = noise_grid(self.adapter, steps, self.latent_shape())
+        return self._grids[steps]
 
-    def micro_batches(self, rollout: dict[str, Any]) -> list[dict[str, Any]]:
-        raise NotImplementedError
+    def latent_shape(self) -> tuple[int, ...]:
+        return self.adapter.latent_shape(*self.size)
 
-    def noise(self, rows: int) -> torch.Tensor:
-        height, width, frames = self.size
-        return torch.randn(
-            rows, *self.adapter.latent_shape(height, width, frames), device=self.adapter.device
-        )
+    def noise(self, rows: int, same_per_group: bool = False) -> torch.Tensor:
+        """Initial noise for `rows` samples (the global RNG, so a resumed run draws the same); `same_per_group`
+        gives each prompt's K samples one noise (FlowGRPO's `same_latent`, DDRL's `use_same_seed`)."""
+        shape, device = self.latent_shape(), self.adapter.device
+        if same_per_group:
+            return torch.randn(rows // self.group_size, *shape, device=device).repeat_interleave(
+                self.group_size, 0
+            )
+        return torch.randn(rows, *shape, device=device)
 
     def guidance(self, rows: int) -> Guidance:
         scale = self.rollout_config.guidance_scale
@@ -112,55 +178,229 @@ class DiffusionRLTrainer(DiffusionTrainer):
         with torch.no_grad():
             return self.adapter.encode_prompts(prompts)
 
+    def sample_chunks(self, rows: int, keep: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """The rollout's samples (those in `keep`, default all), shuffled, as the job's number of chunks of at most
+        `train_batch_size` rows: index tensors, sizes differing by at most one (the references' shuffled split)."""
+        count = math.ceil(rows / self.rollout_config.train_batch_size)
+        kept = torch.arange(rows) if keep is None else keep
+        order = kept[torch.randperm(len(kept))]
+        return list(torch.tensor_split(order, count))
+
     # --- rewards ---------------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def score(self, latents: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
-        """Decode, score with every reward, combine (clipped weighted sum) and normalise per prompt group."""
+    def score(
+        self, latents: torch.Tensor, prompts: list[str], metadata: list[dict]
+    ) -> dict[str, torch.Tensor]:
+        """Decode and score with every reward: {reward name: float64 scores per row}."""
         media = to_uint8_media(self.adapter.decode_latents(latents)).cpu().numpy()
-        has_metadata = any(metadata)
-        total = torch.zeros(len(prompts), dtype=torch.float64)
-        for reward in self.rewards:
-            values = torch.tensor(
-                reward(media, prompts, metadata if has_metadata else None), dtype=torch.float64
-            )
-            self._metrics[f"rewards/{reward.name}"].append(values.mean().item())
-            total += reward.weight * values.clamp(-REWARD_CLIP, REWARD_CLIP)
-        total = total.clamp(-REWARD_CLIP, REWARD_CLIP)
+        scores = score_media(self.rewards, media, prompts, metadata)
+        for name, values in scores.items():
+            self._metrics[f"rewards/{name}"].append(values.mean().item())
+        total = weighted_reward(scores, self.reward_weights())
         self._metrics["reward"].append(total.mean().item())
-        self._metrics["reward_std"].append(total.std().item())
-        return (
-            group_advantages(total, self.rollout_config.samples_per_prompt, self.rollout_config.global_std)
-            .float()
-            .to(latents.device)
-        )
+        self._metrics["reward_std"].append(total.std(correction=0).item())
+        return scores
+
+    def reward_weights(self) -> dict[str, float]:
+        return {reward.name: reward.weight for reward in self.rewards}
+
+    def group_advantages(self, rewards: torch.Tensor, global_std: bool) -> torch.Tensor:
+        """`group_advantages` over this process's rows, the global std over every process's rewards."""
+        advantages = group_advantages_across(self.accelerator, rewards, self.group_size, global_std)
+        return advantages.float().to(self.adapter.device)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        for key, values in self._metrics.items():
-            logs[key] = sum(values) / len(values)
-        self._metrics.clear()
+        if not any(key.startswith("eval/") for key in logs):  # an evaluation logs its own values alone
+            for key, values in self._metrics.items():
+                logs[key] = sum(values) / len(values)
+            self._metrics.clear()
         super().log(logs, start_time)
 
 
+def score_media(rewards: list, media, prompts: list[str], metadata: list[dict]) -> dict[str, torch.Tensor]:
+    """{reward name: float64 scores} of uint8 media (`B x H x W x 3` or `B x T x H x W x 3`)."""
+    has_metadata = any(metadata)
+    return {
+        reward.name: torch.tensor(
+            reward(media, prompts, metadata if has_metadata else None), dtype=torch.float64
+        )
+        for reward in rewards
+    }
+
+
+def rl_sample_size(adapter, rollout) -> tuple[int, int, int | None]:
+    """(height, width, frames) of the rollouts: `[rollout]`'s, else the family's RL size (`rl_sample_defaults`),
+    else the pipeline's own default."""
+    height, width, frames = adapter.default_size()
+    defaults = adapter.rl_sample_defaults
+    return (
+        getattr(rollout, "height", None) or defaults.get("height", height),
+        getattr(rollout, "width", None) or defaults.get("width", width),
+        getattr(rollout, "num_frames", None) or frames,
+    )
+
+
 class RolloutPrompts(torch.utils.data.Dataset):
-    """The prompts, repeated so that every epoch holds whole rollouts on every process.
+    """The prompts (or DDRL's data items), repeated so that every epoch holds whole rollouts on every process.
 
-    The Trainer draws one batch of prompts per micro-step, but a rollout samples only at the first
-    micro-step of each optimizer step (the others train on its micro-batches). Repeating each prompt
-    `gradient_accumulation_steps` times, padded to whole batches on every process, keeps every epoch a
-    whole number of optimizer steps, and the shuffled repeats keep prompts drawn uniformly."""
+    The Trainer draws one batch per micro-step, but a rollout samples only at its first micro-step (the others train
+    on its micro-batches). Repeating each item `updates_per_rollout x gradient_accumulation_steps` times, padded to
+    whole batches on every process, keeps every epoch a whole number of rollouts, and the
+    shuffled repeats keep items drawn uniformly."""
 
-    def __init__(self, prompts, args):
+    def __init__(self, prompts, args, updates_per_rollout: int = 1):
         self.prompts = prompts
         per_step = args.per_device_train_batch_size * max(args.world_size, 1)
-        steps = math.ceil(len(prompts) / per_step)
-        self.length = steps * per_step * args.gradient_accumulation_steps
+        rollouts = math.ceil(
+            len(prompts) / per_step
+        )  # each uses one batch of items, and U x accumulation micro-steps
+        self.length = rollouts * updates_per_rollout * per_step * args.gradient_accumulation_steps
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, index: int):
         return self.prompts[index % len(self.prompts)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation during training
+
+
+class RLEvaluation(TrainerCallback):
+    """`[eval]`: before training, every `every` optimizer steps and at the end, the held-out prompts sampled by the
+    pipeline's own sampler (deterministic: prompt i from seed + i; the EMA weights when kept; the pipeline's CFG
+    unless set), scored by the job's rewards. Each process samples a contiguous share of the prompts; the main process logs
+    `eval/reward` (the weighted sum) and `eval/<reward>`, writes the samples and scores under
+    `output_dir/eval/step_N/`, and at the end `output_dir/curves.png` (train and eval reward per step)."""
+
+    def __init__(self, trainer: DiffusionRLTrainer, section):
+        from ..data import load_prompt_list
+
+        self.trainer, self.section = trainer, section
+        self.prompts, _ = load_prompt_list(section)
+        self.history: list[tuple[int, float]] = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:  # the starting point of the curve (a resumed run has it already)
+            self.evaluate(0)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.section.every == 0:
+            self.evaluate(state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if not self.history or self.history[-1][0] != state.global_step:
+            self.evaluate(state.global_step)
+        if state.is_world_process_zero:
+            write_curves(Path(args.output_dir) / "curves.png", state.log_history)
+
+    @torch.no_grad()
+    def evaluate(self, step: int) -> float:
+        from accelerate.utils import gather_object
+
+        trainer, section = self.trainer, self.section
+        accelerator = trainer.accelerator
+        rows = [self.prompts[i] for i in range(len(self.prompts))]
+        # A contiguous share per process, padded to equal lengths so that sharded models run the same forwards.
+        share = math.ceil(len(rows) / accelerator.num_processes)
+        start = accelerator.process_index * share
+        mine = list(range(start, min(start + share, len(rows))))
+        padded = mine + [mine[-1] if mine else 0] * (share - len(mine))
+        height, width, frames = trainer.size
+        with trainer.weights_for_export():
+            media = trainer.adapter.generate(
+                [rows[i]["prompt"] for i in padded],
+                height,
+                width,
+                frames,
+                num_inference_steps=section.sampling_steps,
+                guidance_scale=section.guidance_scale,
+                seed=section.seed + start,
+            )
+        uint8 = (media * 255).round().to(torch.uint8)
+        uint8 = uint8.permute(0, 2, 3, 1) if uint8.dim() == 4 else uint8.permute(0, 1, 3, 4, 2)
+        uint8 = uint8[: len(mine)].cpu().numpy()
+        scores = score_media(
+            trainer.rewards, uint8, [rows[i]["prompt"] for i in mine], [rows[i]["metadata"] for i in mine]
+        )
+        results = gather_object(
+            [
+                (index, {name: values[k].item() for name, values in scores.items()}, uint8[k])
+                for k, index in enumerate(mine)
+            ]
+        )
+        results.sort(key=lambda result: result[0])
+        per_reward = {
+            name: torch.tensor([r[1][name] for r in results], dtype=torch.float64) for name in scores
+        }
+        total = weighted_reward(per_reward, trainer.reward_weights())
+        logs = {"eval/reward": total.mean().item()} | {
+            f"eval/{n}": v.mean().item() for n, v in per_reward.items()
+        }
+        # Trainer.log clears a train log scheduled for this step (`on_log`): keep it scheduled.
+        scheduled = trainer.control.should_log
+        trainer.log(logs)
+        trainer.control.should_log = scheduled
+        self.history.append((step, logs["eval/reward"]))
+        if trainer.args.should_save:
+            write_eval_samples(
+                Path(trainer.args.output_dir) / "eval" / f"step_{step}",
+                [rows[r[0]]["prompt"] for r in results],
+                [r[2] for r in results],
+                [r[1] | {"reward": total[k].item()} for k, r in enumerate(results)],
+                fps=trainer.adapter.generate_kwargs.get("fps", 8),
+            )
+        return logs["eval/reward"]
+
+
+def write_eval_samples(
+    folder: Path, prompts: list[str], media: list, scores: list[dict], fps: float = 8
+) -> None:
+    """An image grid (`grid.png`) or one MP4 per prompt, with `samples.json` (prompt and scores per sample)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stacked = torch.from_numpy(__import__("numpy").stack(media))
+    if stacked.dim() == 4:  # B x H x W x 3
+        from torchvision.utils import save_image
+
+        save_image(stacked.permute(0, 3, 1, 2).float() / 255, folder / "grid.png", nrow=min(len(media), 8))
+    else:  # B x T x H x W x 3
+        from ..diffusion.media_io import write_mp4
+
+        for index, frames in enumerate(stacked):
+            write_mp4(folder / f"{index:03d}.mp4", frames.permute(0, 3, 1, 2).float() / 255, fps=fps)
+    samples = [{"prompt": prompt, **score} for prompt, score in zip(prompts, scores, strict=True)]
+    (folder / "samples.json").write_text(json.dumps(samples, indent=1))
+
+
+def write_curves(path: Path, log_history: list[dict]) -> Path | None:
+    """The train reward (`reward`) and the eval reward (`eval/reward`) per optimizer step, as a PNG."""
+    train = [(entry["step"], entry["reward"]) for entry in log_history if "reward" in entry]
+    evaluation = [(entry["step"], entry["eval/reward"]) for entry in log_history if "eval/reward" in entry]
+    if not train and not evaluation:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(6, 4), dpi=100)
+    for points, label, style in ((train, "train reward", "-"), (evaluation, "eval reward", "o-")):
+        if points:
+            axes.plot(*zip(*points, strict=True), style, label=label)
+    axes.set_xlabel("optimizer step")
+    axes.set_ylabel("reward (weighted sum)")
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running a job
 
 
 def run_diffusion_rl(job: Job, callbacks: list | None = None) -> DiffusionRLTrainer:
@@ -174,21 +414,19 @@ def run_diffusion_rl(job: Job, callbacks: list | None = None) -> DiffusionRLTrai
 def build_diffusion_rl_trainer(job: Job, callbacks: list | None = None) -> DiffusionRLTrainer:
     """The job's rewards, pipeline, prompts and trainer, ready to train (rewards first: a reward that cannot load
     fails before the model does)."""
-    from ..data import collate_prompts, load_prompt_list
     from ..rewards import build_media_rewards, reward_specs
 
     config = job.config
     rewards = build_media_rewards(reward_specs(config.rewards), search_path=Path(job.source).parent)
     adapter, lora = load_for_training(job)
-    prompts, report = load_prompt_list(config.data)
-    logger.info("training on %d prompts (%d skipped)", report.kept, report.skipped)
+    dataset, collate = config.training_data(adapter, job.args)
     return job.kind.trainer_class()(
         adapter,
         rewards,
         config,
         lora=lora,
         args=job.args,
-        train_dataset=prompts,
-        data_collator=collate_prompts,
+        train_dataset=dataset,
+        data_collator=collate,
         callbacks=callbacks,
     )

@@ -1,16 +1,19 @@
-"""What every diffusion RL job (DiffusionNFT, FlowGRPO, DDRL) shares: its sections, and the gradient accumulation
-that makes one optimizer step one rollout.
+"""What every diffusion RL job (DiffusionNFT, FlowGRPO, DDRL) shares: its sections, its `[train]` defaults, and the
+gradient accumulation that makes one rollout a whole number of optimizer steps.
 
-`[model]` is a diffusers pipeline, `[data]` a prompt list, `[rewards]` image/video rewards and their weights,
-`[rollout]` how samples are drawn and scored; each algorithm adds its own section. `[train]` takes
-`TrainingArguments` names: `per_device_train_batch_size` is the number of prompts per step and process, and the
-gradient accumulation covering the rollout's micro-batches is set by the job.
+`[model]` is a diffusers pipeline, `[data]` the prompts (DDRL: data whose captions are the prompts), `[rewards]`
+image/video rewards and their weights, `[rollout]` how samples are drawn and cut into micro-batches, `[eval]`
+held-out prompts scored during training; each algorithm adds its own section. `[train]` takes `TrainingArguments`
+names: `per_device_train_batch_size` is the number of prompts per rollout and process, and the gradient
+accumulation covering the rollout's micro-batches is set by the job.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 from transformers import TrainingArguments
@@ -20,24 +23,79 @@ from ..diffusion.adapter import AdapterOptions
 from ..rewards import RewardTable, check_reward_table
 from .diffusion_config import DiffusionTrainSection, diffusion_training_arguments
 
+logger = logging.getLogger(__name__)
 
-class DiffusionRolloutSection(Section):
-    """`[rollout]`: how samples are drawn and scored (defaults: DiffusionNFT's)."""
+# DiffusionNFT's and FlowGRPO's optimizer (`config/base.py`, `config/nft.py`): AdamW at a CONSTANT 3e-4.
+REFERENCE_OPTIMIZER: dict[str, Any] = {
+    "learning_rate": 3e-4,
+    "lr_scheduler_type": "constant",
+    "weight_decay": 1e-4,
+    "max_grad_norm": 1.0,
+}
+
+
+class RolloutSection(Section):
+    """`[rollout]`: how samples are drawn and cut into training micro-batches (defaults: DiffusionNFT's)."""
 
     samples_per_prompt: int = Field(24, ge=2, description="K samples per prompt, normalised as a group.")
     sampling_steps: int = Field(10, gt=0, description="Sampler steps per rollout sample.")
     guidance_scale: float = Field(1.0, ge=1.0, description="Classifier-free guidance; 1 is off.")
-    height: int | None = Field(None, gt=0, description="Sample height (default: the pipeline's own).")
-    width: int | None = Field(None, gt=0, description="Sample width (default: the pipeline's own).")
+    max_sequence_length: int | None = Field(
+        None,
+        gt=0,
+        description="Text tokens (default: the family's RL length, 128 for SD3, else the pipeline's).",
+    )
+    train_batch_size: int = Field(
+        8, gt=0, description="Samples per training forward: each rollout is cut into chunks of this many."
+    )
+    updates_per_rollout: int = Field(
+        1,
+        gt=0,
+        description="Optimizer steps per rollout; its chunks of samples are split evenly between them.",
+    )
+
+
+class DiffusionRolloutSection(RolloutSection):
+    """`[rollout]` of jobs on a prompt list, which also sets the sample size."""
+
+    height: int | None = Field(
+        None,
+        gt=0,
+        description="Sample height (default: the family's RL size, 512 for SD3 as the references, else the "
+        "pipeline's own).",
+    )
+    width: int | None = Field(None, gt=0, description="Sample width (default: as height).")
     num_frames: int | None = Field(
         None, gt=0, description="Video families: frames (default: the pipeline's)."
     )
-    train_batch_size: int = Field(8, gt=0, description="Samples per training forward (a micro-batch).")
-    global_std: bool = Field(False, description="Normalise advantages by the batch's std, not the group's.")
-    max_sequence_length: int | None = Field(None, gt=0, description="Text tokens (default: the pipeline's).")
-    updates_per_rollout: int = Field(
-        1, gt=0, description="Optimizer steps per rollout; its micro-batches are split evenly between them."
+
+
+class RLLoraSection(LoraSection):
+    """`[lora]` for diffusion RL: the references' rank 32, alpha 64, on the family's attention (and MLP) modules."""
+
+    r: int = Field(32, gt=0, description="The adapters' rank (DiffusionNFT, FlowGRPO: 32).")
+    alpha: int = Field(
+        64, gt=0, description="Scale numerator: the update is (alpha / r) B A (the references: 64)."
     )
+    target_modules: list[str] | Literal["all-linear"] | None = Field(
+        default=None,
+        description="Default: the family's, as the references (SD3: both attention streams; SANA: attn1 and attn2; "
+        "Cosmos: attention and MLP).",
+    )
+
+
+class RLEvalSection(PromptListData):
+    """`[eval]`: held-out prompts, sampled deterministically by the pipeline's own sampler (with the EMA weights when
+    kept) every `every` optimizer steps and at the end, scored by the job's rewards: `eval/reward` and
+    `eval/<reward>` in the logs, samples under `output_dir/eval/step_N/`, `output_dir/curves.png` at the end."""
+
+    split: str = Field("test", min_length=1, description="For a folder: which split's file to read.")
+    every: int = Field(10, gt=0, description="Evaluate every this many optimizer steps (and at the end).")
+    sampling_steps: int = Field(40, gt=0, description="Sampler steps (the references evaluate at 40).")
+    guidance_scale: float | None = Field(
+        None, ge=1.0, description="Classifier-free guidance (default: the pipeline's own)."
+    )
+    seed: int = Field(0, ge=0, description="Prompt i samples from seed + i, the same at every evaluation.")
 
 
 class DiffusionRLJob(JobSchema):
@@ -45,13 +103,21 @@ class DiffusionRLJob(JobSchema):
     sample trains on (`train_timesteps`)."""
 
     model: PipelineSection
-    lora: LoraSection | None = Field(
+    lora: RLLoraSection | None = Field(
         None, description="A PEFT LoRA on the transformer; absent: full fine-tuning."
     )
     data: PromptListData
     rewards: RewardTable = Field(min_length=1, description="Image/video rewards and their weights.")
     rollout: DiffusionRolloutSection = DiffusionRolloutSection()
+    eval: RLEvalSection | None = Field(
+        None,
+        description="Held-out prompts sampled by the pipeline's own sampler and scored by the job's rewards, before "
+        "training, every `every` steps and at the end (logs eval/reward, writes output_dir/eval/step_N/ and "
+        "output_dir/curves.png).",
+    )
     train: DiffusionTrainSection
+
+    train_defaults: ClassVar[dict[str, Any]] = REFERENCE_OPTIMIZER
 
     @field_validator("rewards")
     @classmethod
@@ -63,35 +129,51 @@ class DiffusionRLJob(JobSchema):
         raise NotImplementedError
 
     def adapter_options(self) -> AdapterOptions:
-        return AdapterOptions(max_sequence_length=self.rollout.max_sequence_length)
+        return AdapterOptions(max_sequence_length=self.max_sequence_length())
+
+    def max_sequence_length(self) -> int | None:
+        """`[rollout]`'s, else the family's RL length (`rl_sample_defaults`), else None (the pipeline's own)."""
+        if self.rollout.max_sequence_length is not None:
+            return self.rollout.max_sequence_length
+        return self.model.adapter_class().rl_sample_defaults.get("max_sequence_length")
 
     def check_data(self, source: str) -> None:
         from ..data import load_prompt_list
 
         load_prompt_list(self.data)
+        if self.eval is not None:
+            load_prompt_list(self.eval)
+
+    def training_data(self, adapter, args) -> tuple[Any, Any]:
+        """The trainer's dataset and collator: the prompt list."""
+        from ..data import collate_prompts, load_prompt_list
+
+        prompts, report = load_prompt_list(self.data)
+        logger.info("training on %d prompts (%d skipped)", report.kept, report.skipped)
+        return prompts, collate_prompts
 
     def training_arguments(self, source: str) -> TrainingArguments:
         accumulation = rollout_micro_batches(self, self.train_timesteps(), source)
         return diffusion_training_arguments(self, source, {"gradient_accumulation_steps": accumulation})
 
 
-def micro_batch_count(rows: int, batch_size: int, steps: int) -> int:
-    """Micro-batches per rollout: `steps` training timesteps for each chunk of `batch_size` rows."""
-    return steps * math.ceil(rows / batch_size)
+def sample_chunks(rows: int, batch_size: int) -> int:
+    """How many chunks of at most `batch_size` samples a rollout of `rows` samples is cut into."""
+    return math.ceil(rows / batch_size)
 
 
 def rollout_micro_batches(job: DiffusionRLJob, train_timesteps: int, source: str) -> int:
-    """The gradient accumulation of one optimizer step: a rollout's micro-batches over its updates. Raises
-    ConfigError (one line) when they do not split evenly, or checkpoints would fall inside a rollout."""
+    """The gradient accumulation of one optimizer step: the micro-batches (chunk of samples x trained timestep) of
+    its share of the rollout's chunks. Raises ConfigError (one line) when the chunks do not split evenly between
+    the updates, or checkpoints would fall inside a rollout."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
     prompts = job.train.per_device_train_batch_size or defaults["per_device_train_batch_size"]
-    rows = prompts * job.rollout.samples_per_prompt
-    count = micro_batch_count(rows, job.rollout.train_batch_size, train_timesteps)
+    chunks = sample_chunks(prompts * job.rollout.samples_per_prompt, job.rollout.train_batch_size)
     updates = job.rollout.updates_per_rollout
-    if count % updates:
+    if chunks % updates:
         raise ConfigError(
-            f"{source}: [rollout] updates_per_rollout = {updates} must divide the rollout's {count} micro-batches "
-            f"(trained timesteps x chunks of train_batch_size samples)"
+            f"{source}: [rollout] updates_per_rollout = {updates} must divide the rollout's {chunks} chunks of "
+            f"train_batch_size samples (per_device_train_batch_size x samples_per_prompt / train_batch_size)"
         )
     save_steps = job.train.save_steps
     # save_steps below 1 is a fraction of the run, which lands where it may: refuse it with several updates.
@@ -100,4 +182,4 @@ def rollout_micro_batches(job: DiffusionRLJob, train_timesteps: int, source: str
             f"{source}: [train] save_steps = {save_steps:g} must be a multiple of [rollout] updates_per_rollout = {updates}, "
             "so checkpoints fall between rollouts (resume restarts at a rollout)"
         )
-    return count // updates
+    return chunks // updates * train_timesteps

@@ -94,20 +94,11 @@ def flow_matching_step(adapter, model, latents, conditioning, diffusion) -> torc
 
 def run_diffusion_sft(job: Job, callbacks: list | None = None) -> DiffusionSFTTrainer:
     """Run a `diffusion-sft` job; the trained pipeline (or LoRA) is under `output_dir/safetensors/`."""
-    from ..data.pairs import collate_pairs, load_pairs
+    from ..diffusion.latent_cache import training_pairs
 
     config = job.config
     adapter, lora = load_for_training(job)
-    dataset, report = load_pairs(config.data, video=adapter.video)
-    logger.info("training on %d pairs (%d skipped)", report.kept, report.skipped)
-    collate = collate_pairs
-    if config.data.cache:
-        from ..diffusion.latent_cache import cache_pairs
-
-        cache_dir = Path(config.data.cache_dir or Path(job.args.output_dir) / "cache")
-        with job.args.main_process_first(desc="caching latents and text embeddings"):
-            dataset = cache_pairs(dataset, adapter, cache_dir)  # the main process writes, the others read
-        collate = dataset.collate
+    dataset, collate = training_pairs(config.data, adapter, job.args)
 
     trainer = DiffusionSFTTrainer(
         adapter,

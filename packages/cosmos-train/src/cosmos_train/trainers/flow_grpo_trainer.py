@@ -1,30 +1,32 @@
 """FlowGRPO (Liu et al. 2025): GRPO over the steps of an SDE sampler, on transformers' `Trainer`.
 
-The story of a step (`docs/diffusion-algorithms.md` has the math):
-1. rollout: the *current* policy (no gradients) samples K images or videos per prompt with FlowGRPO's SDE,
-   classifier-free guidance as configured; every SDE step is Gaussian, so its log-prob is stored beside the
-   states x_j and x_{j+1} (FlowGRPO-Fast: the SDE only on a random window of steps, the ODE elsewhere);
-2. rewards, clipped and weighted, become group-normalised advantages;
-3. micro-batches go over (trained SDE step j, chunk of samples); each recomputes the log-prob of x_{j+1}
-   given x_j under the current weights (same noise level, same guidance, the two CFG calls on the same rows),
-   and trains the clipped ratio objective -min(A r, A clip(r, 1 - e, 1 + e)) plus kl_beta times the KL to the
-   frozen base, |mu_theta - mu_ref|^2 / (2 std^2) between the two Gaussian steps;
-4. the EMA (for evaluation and export) updates after each optimizer step and is saved in every checkpoint.
-
-One optimizer step is one rollout (the shared base), so the ratio is 1 up to numerics on every micro-batch:
-the clipping guards, and the objective reduces to on-policy policy gradient, as FlowGRPO with one update per
-rollout. `DDRLTrainer` (`ddrl_trainer.py`) subclasses this one.
+It follows the official code (yifan123/flow_grpo `scripts/train_sd3.py`, `main`; the SDE step of
+`diffusers_patch/sd3_sde_with_logprob.py`, `sde_step_with_logprob`); the story of a rollout
+(`docs/diffusion-algorithms.md` has the math):
+1. rollout: the *current* policy (no gradients) samples K images or videos per prompt with FlowGRPO's SDE on the
+   pipeline's own noise grid, classifier-free guidance as configured; every SDE step is Gaussian, so its log-prob
+   is stored beside the states x_j and x_{j+1} (FlowGRPO-Fast: the SDE only on a window of early steps, the ODE
+   elsewhere);
+2. the weighted sum of rewards becomes group-relative advantages (the global std); samples whose advantage is 0
+   are left out;
+3. micro-batches go chunk by chunk over the trained steps (the first ones, in order); each recomputes the
+   log-prob of x_{j+1} given x_j under the current weights (same level, same timestep, same guidance, the two CFG
+   calls on the same rows) and trains the clipped ratio objective -min(A r, A clip(r, 1 - e, 1 + e)) plus kl_beta
+   times the KL to the frozen base (`step_kl`). The rollout's chunks are split between two optimizer updates by
+   default, so the second update's ratio moves off 1 and the clipping acts;
+4. the EMA (for evaluation and export) updates every 8 optimizer steps and is saved in every checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 
 from ..diffusion.flow import euler_step
-from ..diffusion.sampling import gaussian_log_prob, sde_mean, sde_std, sde_step, sigma_grid, velocity
-from .diffusion_rl import DiffusionRLTrainer
+from ..diffusion.sampling import gaussian_log_prob, sde_mean, sde_std_t, sde_step, velocity
+from .diffusion_rl import DiffusionRLTrainer, weighted_reward
 
 logger = logging.getLogger(__name__)
 
@@ -48,57 +50,67 @@ def clipped_policy_loss(
     return loss, stats
 
 
+def step_kl(
+    mean: torch.Tensor, mean_reference: torch.Tensor, std_t: float, dt: float, form: str = "reference"
+) -> torch.Tensor:
+    """The KL of one SDE step to the frozen base, averaged over rows: reference: mean(|mu - mu_ref|^2) / (2 sigma_t^2)
+    with sigma_t the step's diffusion coefficient WITHOUT sqrt(|dt|) (the official code); exact: the KL between the
+    two Gaussian steps, whose variance is sigma_t^2 |dt| (1 / |dt| times the reference's)."""
+    variance = std_t**2 if form == "reference" else std_t**2 * abs(dt)
+    dims = tuple(range(1, mean.dim()))
+    return (((mean - mean_reference) ** 2).mean(dims) / (2 * variance)).mean()
+
+
+def rows_to_train(advantages: torch.Tensor, chunks: int) -> torch.Tensor:
+    """The rows whose advantage is not 0, with dropped rows re-added at random until their count is a multiple of
+    `chunks` (at least `chunks`), so that every chunk is equal and none is empty (`train_sd3.py`)."""
+    kept = torch.nonzero(advantages != 0).flatten().cpu()
+    dropped = torch.nonzero(advantages == 0).flatten().cpu()
+    target = min(len(advantages), max(chunks, math.ceil(len(kept) / chunks) * chunks))
+    extra = dropped[torch.randperm(len(dropped))[: target - len(kept)]]
+    return torch.cat([kept, extra]).sort().values
+
+
 class FlowGRPOTrainer(DiffusionRLTrainer):
     def __init__(self, adapter, rewards, job, lora=None, **kwargs):
-        self.algorithm = job.algorithm  # the job's [flow_grpo] (or [ddrl]) section
+        self.algorithm = job.flow_grpo
         super().__init__(
             adapter,
             rewards,
             job,
             ema_decay=self.algorithm.ema_decay,
+            ema_every=self.algorithm.ema_every,
             lora=lora,
             kl_beta=self.algorithm.kl_beta,
             **kwargs,
         )
         self.sampling_steps = job.rollout.sampling_steps
-        self.train_count = job.train_timesteps()
-
-    # --- which SDE steps run and train -------------------------------------------------------------------
 
     def sde_steps(self) -> list[int]:
-        """The steps sampled with the SDE in this rollout: all of them, or FlowGRPO-Fast's random window."""
+        """The steps sampled with the SDE in this rollout: all of them, or FlowGRPO-Fast's window, whose start is
+        drawn in [0, N // 2 - window] (the reference's fast configs: the early half)."""
         window = self.algorithm.sde_window
         if window is None:
             return list(range(self.sampling_steps))
-        start = int(torch.randint(0, self.sampling_steps - window + 1, ()).item())
+        last_start = max(0, self.sampling_steps // 2 - window)
+        start = int(torch.randint(0, last_start + 1, ()).item())
         return list(range(start, start + window))
-
-    def trained_steps(self, sde_steps: list[int]) -> list[int]:
-        """`train_count` step indices for one chunk of samples."""
-        choice = self.algorithm.step_choice()
-        if choice == "sde_window":
-            return sde_steps
-        if choice == "train_steps":
-            return list(self.algorithm.train_steps)
-        if choice == "train_step_stride":
-            return list(range(0, self.sampling_steps, self.algorithm.train_step_stride))
-        return torch.randperm(self.sampling_steps)[: self.train_count].tolist()
 
     # --- 1. rollout with the current policy, storing states and log-probs --------------------------------
 
     @torch.no_grad()
-    def rollout(self, prompts, metadata):
+    def rollout(self, prompts, metadata, batch):
         conditioning = self.conditioning(prompts)
         rows = len(prompts)
-        grid = sigma_grid(self.adapter, self.sampling_steps, self.adapter.device)
-        sigmas = grid.tolist()
+        grid = self.grid(self.sampling_steps)
+        sigmas = grid.sigmas.tolist()
         guidance = self.guidance(rows)
         sde_steps = self.sde_steps()
-        x = self.noise(rows)
+        x = self.noise(rows, self.algorithm.same_latent)
         states, log_probs = [x], {}
         for step in range(self.sampling_steps):
             sigma, sigma_next = sigmas[step], sigmas[step + 1]
-            v = velocity(self.adapter, self.model, x, sigma, conditioning, guidance)
+            v = velocity(self.adapter, self.model, x, sigma, conditioning, guidance, grid.timesteps[step])
             if step in sde_steps:
                 x, log_probs[step] = sde_step(x, v, sigma, sigma_next, self.algorithm.noise_level, sigmas[1])
             else:
@@ -111,24 +123,32 @@ class FlowGRPOTrainer(DiffusionRLTrainer):
             "states": states,
             "log_probs": log_probs,
             "sde_steps": sde_steps,
-            "sigmas": sigmas,
+            "grid": grid,
             "conditioning": conditioning,
         }
 
-    # --- 2.-3. micro-batches: (trained step, chunk of samples) ------------------------------------------
+    # --- 2. advantages ---------------------------------------------------------------------------------------
+
+    def advantages(self, scores):
+        total = weighted_reward(scores, self.reward_weights(), self.algorithm.reward_clip)
+        return self.group_advantages(total, self.algorithm.global_std)
+
+    # --- 3. micro-batches: chunk by chunk, each over the trained steps in order ---------------------------
 
     def micro_batches(self, rollout):
-        states, sigmas, advantages = rollout["states"], rollout["sigmas"], rollout["advantages"]
-        rows, size = states[0].shape[0], self.rollout_config.train_batch_size
-        chunks = [slice(start, start + size) for start in range(0, rows, size)]
-        plans = [self.trained_steps(rollout["sde_steps"]) for _ in chunks]
+        states, grid, advantages = rollout["states"], rollout["grid"], rollout["advantages"]
+        rows = states[0].shape[0]
+        keep = None
+        if self.algorithm.drop_zero_advantage:
+            keep = rows_to_train(advantages, len(self.sample_chunks(rows)))
+            self._metrics["trained_fraction"].append(len(keep) / rows)
+        steps = self.algorithm.trained_steps(self.sampling_steps) or rollout["sde_steps"]
+        sigmas = grid.sigmas.tolist()
         batches = []
-        for slot in range(self.train_count):
-            for chunk, plan in zip(chunks, plans, strict=True):
-                step = plan[slot]
+        for chunk in self.sample_chunks(rows, keep):
+            for step in steps:
                 batches.append(
                     {
-                        "slot": slot,  # the order of the trained step (0: the first one trained)
                         "step": step,
                         "x": states[step][chunk],
                         "x_next": states[step + 1][chunk],
@@ -136,7 +156,7 @@ class FlowGRPOTrainer(DiffusionRLTrainer):
                         "sigma": sigmas[step],
                         "sigma_next": sigmas[step + 1],
                         "sigma_max": sigmas[1],
-                        "noise": states[0][chunk],  # the rollout's initial noise (DDRL's data loss reuses it)
+                        "timestep": grid.timesteps[step],
                         "advantages": advantages[chunk],
                         "conditioning": {k: v[chunk] for k, v in rollout["conditioning"].items()},
                     }
@@ -144,24 +164,19 @@ class FlowGRPOTrainer(DiffusionRLTrainer):
         return batches
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss = self.policy_loss(model, inputs)
-        return (loss, None) if return_outputs else loss
-
-    def policy_loss(self, model, inputs) -> torch.Tensor:
-        """The clipped ratio term (plus the KL to the base when kl_beta > 0) on one micro-batch."""
         x, x_next, conditioning = inputs["x"], inputs["x_next"], inputs["conditioning"]
-        sigma, sigma_next = inputs["sigma"], inputs["sigma_next"]
+        sigma, sigma_next, timestep = inputs["sigma"], inputs["sigma_next"], inputs["timestep"]
         guidance = self.guidance(x.shape[0])  # the rollout's guidance, the same two calls on the same rows
-        std = sde_std(sigma, sigma_next, self.algorithm.noise_level, inputs["sigma_max"])
+        std_t = sde_std_t(sigma, self.algorithm.noise_level, inputs["sigma_max"])
         # The frozen prediction first: switching adapters after the trained forward would touch its graph.
         mean_reference = None
         if self.algorithm.kl_beta > 0:
             with torch.no_grad(), self.reference() as reference:
-                v_reference = velocity(self.adapter, reference, x, sigma, conditioning, guidance)
-                mean_reference = sde_mean(x, v_reference, sigma, sigma_next, std)
-        v_theta = velocity(self.adapter, model, x, sigma, conditioning, guidance)
-        mean = sde_mean(x, v_theta, sigma, sigma_next, std)
-        log_prob = gaussian_log_prob(x_next, mean, std)
+                v_reference = velocity(self.adapter, reference, x, sigma, conditioning, guidance, timestep)
+                mean_reference = sde_mean(x, v_reference, sigma, sigma_next, std_t)
+        v_theta = velocity(self.adapter, model, x, sigma, conditioning, guidance, timestep)
+        mean = sde_mean(x, v_theta, sigma, sigma_next, std_t)
+        log_prob = gaussian_log_prob(x_next, mean, std_t * math.sqrt(sigma - sigma_next))
         a_max = self.algorithm.adv_clip_max
         advantages = inputs["advantages"].double().clamp(-a_max, a_max)
         loss, stats = clipped_policy_loss(
@@ -171,8 +186,8 @@ class FlowGRPOTrainer(DiffusionRLTrainer):
             self._metrics[key].append(value)
         self._metrics["policy_loss"].append(loss.item())
         if mean_reference is not None:
-            dims = tuple(range(1, x.dim()))
-            kl = (((mean - mean_reference) ** 2).mean(dims) / (2 * std**2)).mean()
+            kl = step_kl(mean, mean_reference, std_t, sigma_next - sigma, self.algorithm.kl_form)
             loss = loss + self.algorithm.kl_beta * kl
             self._metrics["kl"].append(kl.item())
-        return loss.float()
+        loss = loss.float()
+        return (loss, None) if return_outputs else loss

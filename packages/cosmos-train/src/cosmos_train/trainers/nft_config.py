@@ -1,8 +1,8 @@
 """The DiffusionNFT job (`kind = "nft"`): its schema, and its mapping onto transformers' `TrainingArguments`.
 
 `[rollout]` sets the sampling (K samples per prompt, steps, solver, size); `[nft]` the algorithm's own values,
-with the paper's defaults (`docs/diffusion-algorithms.md`). One optimizer step is one rollout
-(`diffusion_rl_config.py`).
+with the defaults of the official code (NVlabs/DiffusionNFT `config/nft.py`; `docs/diffusion-algorithms.md`). One
+rollout feeds `[rollout] updates_per_rollout` optimizer steps (1, as the reference; `diffusion_rl_config.py`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,18 @@ from ..config import Section
 from ..diffusion.sampling import SOLVERS
 from .diffusion_rl_config import DiffusionRLJob, DiffusionRolloutSection
 
+ADV_MODES = ("all", "positive_only", "negative_only", "one_only", "binary")
+
 
 class NFTRolloutSection(DiffusionRolloutSection):
-    """`[rollout]` for DiffusionNFT: a deterministic ODE solver, classifier-free guidance off."""
+    """`[rollout]` for DiffusionNFT: a deterministic ODE solver on the pipeline's noise grid, guidance off."""
 
-    solver: Literal[SOLVERS] = Field("heun", description="The deterministic ODE solver of the rollouts.")
+    solver: Literal[SOLVERS] | None = Field(
+        None,
+        description="The rollouts' ODE solver: dpm2 (DPM-Solver++(2M), one model call a step), euler, heun (two "
+        "calls a step) or pipeline (its own scheduler). Default: the family's, as the references (dpm2 for SD3 "
+        "and Cosmos, euler for SANA).",
+    )
 
 
 class NFTSection(Section):
@@ -42,7 +49,24 @@ class NFTSection(Section):
         0.9,
         gt=0,
         lt=1,
-        description="EMA of the trained weights for evaluation and export (not the old policy).",
+        description="EMA of the trained weights for evaluation and export (not the old policy); its decay ramps "
+        "up as min((1 + step) / (10 + step), ema_decay).",
+    )
+    adv_mode: Literal[ADV_MODES] = Field(
+        "all",
+        description="Which advantages train: all; positive_only / negative_only (the others count as 0); "
+        "one_only (1 where positive, else 0); binary (their sign).",
+    )
+    global_std: bool = Field(
+        True,
+        description="Divide advantages by the std of every process's rewards (numpy's, ddof 0), as the reference; "
+        "false: by each prompt group's own std (cosmos-rl).",
+    )
+    reward_clip: float | None = Field(
+        None,
+        gt=0,
+        description="Clip each reward and their weighted sum to +-this first (cosmos-rl's remote calculator: 5); "
+        "unset: the raw weighted sum, as the reference.",
     )
 
 

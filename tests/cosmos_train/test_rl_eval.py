@@ -1,0 +1,65 @@
+"""`[eval]` during diffusion RL: before training, every N steps and at the end, the held-out prompts sampled by the
+pipeline's own sampler with the EMA weights, scored by the job's rewards, logged as `eval/reward` and
+`eval/<reward>`, written under `output_dir/eval/step_N/`, and the reward curves drawn to `output_dir/curves.png`."""
+
+from __future__ import annotations
+
+import json
+
+import diffusion_rl_helpers
+import numpy as np
+import torch
+from diffusion_rl_helpers import PROMPTS, write_rl_job
+
+from cosmos_train.jobs import read_job
+from cosmos_train.rewards import build_media_rewards
+from cosmos_train.rewards.specs import RewardSpec
+from cosmos_train.trainers.diffusion_rl import write_eval_samples
+
+tiny = diffusion_rl_helpers.tiny  # fixtures
+_one_thread = diffusion_rl_helpers._one_thread
+
+EVAL = f'\n[eval]\npath = "{PROMPTS}"\nevery = 2\nsampling_steps = 4\nmax_prompts = 3\nseed = 5\n'
+
+
+def test_evaluation_during_nft(tmp_path, tiny):
+    trainer = read_job(
+        write_rl_job(tmp_path, tiny("sd3"), kind="nft", train={"max_steps": 3}, extra=EVAL)
+    ).run()
+    evaluations = [entry for entry in trainer.state.log_history if "eval/reward" in entry]
+    assert [entry["step"] for entry in evaluations] == [0, 2, 3]  # before training, every 2 steps, the end
+    assert all(
+        entry["eval/reward"] == entry["eval/brightness"] for entry in evaluations
+    )  # one reward, weight 1
+    train_logs = [entry["step"] for entry in trainer.state.log_history if "reward" in entry]
+    assert train_logs == [1, 2, 3]  # an evaluation at a logging step keeps that step's train log
+
+    run = tmp_path / "run"
+    for step in (0, 2, 3):
+        assert (run / "eval" / f"step_{step}" / "grid.png").is_file()
+    samples = json.loads((run / "eval" / "step_3" / "samples.json").read_text())
+    prompts = PROMPTS.read_text().splitlines()[:3]
+    assert [sample["prompt"] for sample in samples] == prompts
+    assert np.mean([sample["reward"] for sample in samples]) == evaluations[-1]["eval/reward"]
+    assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # The logged value is the reward of the pipeline's own samples (EMA weights, prompt i from seed + i).
+    brightness = build_media_rewards([RewardSpec("brightness", 1.0, {})])[0]
+    with trainer.weights_for_export():
+        media = trainer.adapter.generate(prompts, 32, 32, num_inference_steps=4, seed=5)
+    uint8 = (media * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    assert np.mean(brightness(uint8, prompts)) == evaluations[-1]["eval/reward"]
+    assert trainer.evaluation.evaluate(3) == evaluations[-1]["eval/reward"]  # deterministic
+
+
+def test_video_evaluations_are_mp4s(tmp_path):
+    import av
+
+    frames = np.zeros((2, 5, 16, 16, 3), dtype=np.uint8)
+    frames[1] += 200
+    write_eval_samples(tmp_path, ["a", "b"], list(frames), [{"reward": 0.0}, {"reward": 1.0}], fps=8)
+    for index in range(2):
+        with av.open(str(tmp_path / f"{index:03d}.mp4")) as container:
+            decoded = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+        assert len(decoded) == 5 and abs(decoded[0].mean() - frames[index].mean()) < 8
+    assert json.loads((tmp_path / "samples.json").read_text())[1] == {"prompt": "b", "reward": 1.0}
