@@ -1,11 +1,14 @@
 """DiffusionNFT against FlowGRPO, head to head: the same tiny pipeline, reward, prompts, LoRA and sampling
-budget (K samples per prompt, prompts per step, sampler steps, no CFG), in one run.
+budget (K samples per prompt, prompts per rollout, sampler steps on the pipeline's grid, no CFG), each with its
+reference's own solver and update schedule (NFT: the family's deterministic solver, one update per rollout;
+FlowGRPO: its SDE, two updates per rollout), in one run.
 
-Reports, for each algorithm and seed, the optimizer steps and wall seconds to reach a reward target (the
-untrained reward plus `--gain`), interleaving the two algorithms seed by seed; the median ratios
-FlowGRPO / NFT; and a reward-curve PNG. One torch thread.
+Reports, for each algorithm and seed, the rollouts and wall seconds to reach a reward target (the untrained reward
+plus `--gain`), interleaving the two algorithms seed by seed; the median ratios FlowGRPO / NFT; the model calls
+per rollout sample (transformer forwards in the rollout over its samples); and a reward-curve PNG. One torch
+thread.
 
-    python benchmarks/nft_vs_flowgrpo.py [--family sd3] [--steps 40] [--seeds 3] [--gain 0.02]
+    python benchmarks/nft_vs_flowgrpo.py [--family sd3] [--rollouts 40] [--seeds 3] [--gain 0.02]
 """
 
 from __future__ import annotations
@@ -39,14 +42,14 @@ brightness = 1.0
 samples_per_prompt = 4
 sampling_steps = 4
 guidance_scale = 1.0
-train_batch_size = 16
+train_batch_size = 8
 height = 32
 width = 32
 max_sequence_length = 16
 [train]
 output_dir = "{output}"
 learning_rate = 1e-2
-max_steps = {steps}
+max_steps = {optimizer_steps}
 per_device_train_batch_size = 4
 logging_steps = 1
 save_strategy = "no"
@@ -79,22 +82,53 @@ class Clock:
         self.start, self.ends, self.callback = 0.0, [], Callback()
 
 
-def run(algorithm: str, model: Path, steps: int, seed: int, folder: Path) -> dict:
+UPDATES = {"nft": 1, "flow-grpo": 2}  # optimizer steps per rollout, each reference's
+
+
+def run(algorithm: str, model: Path, rollouts: int, seed: int, folder: Path) -> dict:
     from cosmos_train.jobs import read_job
+    from cosmos_train.trainers.common import train_and_save
+    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
     job_path = folder / f"{algorithm}-{seed}.toml"
+    updates = UPDATES[algorithm]
     text = SHARED.format(
-        model=model, prompts=PROMPTS, output=folder / f"{algorithm}-{seed}", steps=steps, seed=seed
+        model=model,
+        prompts=PROMPTS,
+        output=folder / f"{algorithm}-{seed}",
+        optimizer_steps=rollouts * updates,
+        seed=seed,
     )
     job_path.write_text(OWN[algorithm] + text)
+    job = read_job(job_path)
+    assert job.config.rollout.updates_per_rollout == updates
     clock = Clock()
-    trainer = read_job(job_path).run(callbacks=[clock.callback])
+    trainer = build_diffusion_rl_trainer(job, callbacks=[clock.callback])
+    rows = [0]  # samples through the transformer, counted by a forward hook
+
+    def count(module, args, kwargs, output):
+        latents = args[0] if args else kwargs["hidden_states"]
+        rows[0] += latents.shape[0]
+
+    trainer.adapter.transformer.register_forward_hook(count, with_kwargs=True)
+    calls_per_sample = []
+    rollout = trainer.rollout
+
+    def counted(prompts, metadata, batch):
+        before = rows[0]
+        result = rollout(prompts, metadata, batch)
+        calls_per_sample.append((rows[0] - before) / len(prompts))
+        return result
+
+    trainer.rollout = counted
+    train_and_save(trainer, job)
     rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
-    return {"rewards": rewards, "seconds": clock.ends}
+    seconds = clock.ends[updates - 1 :: updates]  # at the end of each rollout's last update
+    return {"rewards": rewards, "seconds": seconds, "calls_per_sample": statistics.median(calls_per_sample)}
 
 
 def to_target(result: dict, target: float) -> tuple[int | None, float | None]:
-    """The first step whose 3-step running mean of the reward reaches `target`, and its wall time."""
+    """The first rollout whose 3-rollout running mean of the reward reaches `target`, and its wall time."""
     rewards = result["rewards"]
     for step in range(3, len(rewards) + 1):
         if statistics.mean(rewards[step - 3 : step]) >= target:
@@ -135,7 +169,7 @@ def plot(curves: dict[str, list[list[float]]], target: float, path: Path) -> Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="sd3")
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--rollouts", type=int, default=40)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--gain", type=float, default=0.02, help="target = untrained reward + gain")
     options = parser.parse_args()
@@ -149,7 +183,7 @@ def main() -> None:
         model = save_tiny_pipeline(options.family, folder / "pipeline")
         for seed in range(options.seeds):  # interleaved: the machine's load hits both sides alike
             for algorithm in results:
-                results[algorithm].append(run(algorithm, model, options.steps, seed, folder))
+                results[algorithm].append(run(algorithm, model, options.rollouts, seed, folder))
                 print(algorithm, seed, [round(r, 4) for r in results[algorithm][-1]["rewards"]], flush=True)
 
     # The untrained reward: both algorithms' first rollout samples the base model with the same seed.
@@ -159,9 +193,12 @@ def main() -> None:
     for algorithm, runs in results.items():
         reached = [to_target(run, target) for run in runs]
         summary[algorithm] = {
-            "steps_to_target": [step for step, _ in reached],
+            "rollouts_to_target": [step for step, _ in reached],
             "seconds_to_target": [round(s, 2) if s is not None else None for _, s in reached],
-            "seconds_per_step": statistics.median(run["seconds"][-1] / len(run["seconds"]) for run in runs),
+            "seconds_per_rollout": statistics.median(
+                run["seconds"][-1] / len(run["seconds"]) for run in runs
+            ),
+            "model_calls_per_rollout_sample": statistics.median(run["calls_per_sample"] for run in runs),
             "final_reward": statistics.median(statistics.mean(run["rewards"][-3:]) for run in runs),
         }
 
@@ -178,7 +215,9 @@ def main() -> None:
     plot({name: [run["rewards"] for run in runs] for name, runs in results.items()}, target, png)
     for algorithm, figures in summary.items():
         print(algorithm, figures)
-    print(f"median FlowGRPO/NFT: steps {ratio('steps_to_target')}, seconds {ratio('seconds_to_target')}")
+    print(
+        f"median FlowGRPO/NFT: rollouts {ratio('rollouts_to_target')}, seconds {ratio('seconds_to_target')}"
+    )
     write_results(
         "nft_vs_flowgrpo",
         {
@@ -186,19 +225,20 @@ def main() -> None:
             "reward": "brightness",
             "budget": {
                 "samples_per_prompt": 4,
-                "prompts_per_step": 4,
+                "prompts_per_rollout": 4,
                 "sampling_steps": 4,
                 "cfg": 1.0,
                 "lora_r": 16,
             },
-            "max_steps": options.steps,
+            "rollouts": options.rollouts,
+            "updates_per_rollout": UPDATES,
             "seeds": options.seeds,
             "untrained_reward": start,
             "target": target,
             "algorithms": summary,
             "curves": {name: [run["rewards"] for run in runs] for name, runs in results.items()},
             "median_ratio_flowgrpo_over_nft": {
-                "steps_to_target": ratio("steps_to_target"),
+                "rollouts_to_target": ratio("rollouts_to_target"),
                 "seconds_to_target": ratio("seconds_to_target"),
             },
             "unreached_is_none": True,
