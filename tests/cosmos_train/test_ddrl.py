@@ -140,3 +140,21 @@ def test_ddrl_refuses_what_it_does_not_do(tmp_path, tiny):
         job = write_rl_job(tmp_path, tiny("sana"), kind="ddrl", rollout=rollout)
         with pytest.raises(ConfigError, match=message):
             read_job(job)
+
+
+def test_sd3_grids_start_at_pure_noise_and_cap_at_edm_sigma_max(tmp_path, tiny):
+    """SD3's flow grid starts at sigma = 1 (infinitely far in EDM units): the 2ab sampler starts at 200, as
+    cosmos-rl's sigma_max, and DDRL runs on SD3 (it divided by zero)."""
+    from cosmos_train.diffusion.sampling import to_edm
+    from cosmos_train.trainers.ddrl_trainer import EDM_SIGMA_MAX, edm_levels
+
+    assert to_edm(1.0) == math.inf and to_edm(0.5) == 1.0
+    trainer = read_job(
+        write_rl_job(tmp_path, tiny("sd3"), kind="ddrl", train={"max_steps": 1}, rollout={"sampling_steps": 3})
+    ).run()
+    grid = trainer.grid(4)
+    assert grid.sigmas[0] == 1.0
+    levels = edm_levels(grid)
+    assert levels[0] == EDM_SIGMA_MAX
+    assert levels[1:] == pytest.approx([s / (1 - s) for s in grid.sigmas[1:-1].tolist()])
+    assert math.isfinite(trainer.state.log_history[0]["loss"])

@@ -195,7 +195,10 @@ def sde_step(
 
 
 def to_edm(sigma: torch.Tensor | float) -> torch.Tensor | float:
-    """A flow noise level sigma in EDM units, s = sigma / (1 - sigma) (flow x = EDM x / (1 + s))."""
+    """A flow noise level sigma in EDM units, s = sigma / (1 - sigma) (flow x = EDM x / (1 + s)); pure noise
+    (sigma = 1, where SD3's grids start) is infinitely far: callers cap it at their sigma_max."""
+    if not isinstance(sigma, torch.Tensor) and sigma >= 1:
+        return math.inf
     return sigma / (1 - sigma)
 
 
