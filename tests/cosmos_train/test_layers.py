@@ -48,6 +48,8 @@ RULES = [
     ("cosmos_train.diffusion", lambda name: name.startswith("cosmos_train.trainers")),
     ("cosmos_train.rewards", lambda name: name.startswith("cosmos_train.trainers")),
     ("cosmos_train.data", lambda name: name.startswith("cosmos_train.diffusion")),
+    # GenEval-mini's domain and evaluator; its base model is taught through the CLI, in a child process.
+    ("cosmos_train.geneval_mini", lambda name: name.startswith("cosmos_train.trainers")),
 ]
 
 

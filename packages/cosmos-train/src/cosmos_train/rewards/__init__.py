@@ -12,7 +12,7 @@ parameters:
 `build_rewards` turns that table into TRL reward functions, each wrapped so that a reward that raises or
 returns NaN stops the run with a `RewardError` naming the reward and the offending completion.
 
-Image and video rewards (`MEDIA_BUILTINS`: JPEG size, brightness, colour, OCR, PickScore, HPS, aesthetic) score
+Image and video rewards (`MEDIA_BUILTINS`: JPEG size, brightness, colour, OCR, GenEval-mini, PickScore, HPS, aesthetic) score
 generated media for diffusion RL and in the reward service (`cosmos-train reward-serve`). `build_media_rewards`
 turns the same kind of table into `MediaReward`s, called as `reward(media, prompts, metadata)`: `media` uint8
 B x H x W x C (images) or B x T x H x W x C (videos), `prompts` one per sample, and `metadata` None or one dict
@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import first_line
+from ..geneval_mini.evaluator import geneval_mini as _geneval_mini
+from ..geneval_mini.evaluator import well_formed_shapes as _well_formed_shapes
 from ..references import BadReferenceError, is_reference, load_reference
 from . import media as _media
 from .ocr import load_engine as _load_ocr_engine
@@ -216,6 +218,16 @@ MEDIA_BUILTINS: dict[str, Builtin] = {
         "1 - normalised edit distance of the text read to the text quoted in the prompt",
         "rapidocr-onnxruntime",
         load=_load_ocr,
+    ),
+    "geneval_mini": Builtin(
+        _media_partial(_geneval_mini),
+        "metadata (GenEval records: a *_metadata.jsonl prompt list)",
+        "GenEval in miniature: shapes, counts, colours and positions judged as GenEval does (partial or strict)",
+    ),
+    "well_formed_shapes": Builtin(
+        _media_partial(_well_formed_shapes),
+        "-",
+        "share of a picture's coloured pixels inside well-formed shapes (GenEval-mini's domain)",
     ),
     **{
         name: Builtin(
