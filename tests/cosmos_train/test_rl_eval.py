@@ -8,6 +8,7 @@ import json
 
 import diffusion_rl_helpers
 import numpy as np
+import pytest
 import torch
 from diffusion_rl_helpers import PROMPTS, write_rl_job
 
@@ -63,3 +64,54 @@ def test_video_evaluations_are_mp4s(tmp_path):
             decoded = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
         assert len(decoded) == 5 and abs(decoded[0].mean() - frames[index].mean()) < 8
     assert json.loads((tmp_path / "samples.json").read_text())[1] == {"prompt": "b", "reward": 1.0}
+
+
+def test_geneval_evaluation_per_task_with_its_own_rewards(tmp_path, tiny):
+    """`[eval]` with GenEval records: `samples_per_prompt` samples each, scored by `[eval.rewards]` (not the job's),
+    a mean per task (`eval/reward/<tag>`), and the training seconds so far."""
+    from cosmos_train.geneval_mini import Vocabulary, all_prompts, write_metadata
+
+    records = [r for r in all_prompts(Vocabulary()) if r["tag"] in ("counting", "colors")][::3]
+    held_out = write_metadata(tmp_path / "test_metadata.jsonl", records)
+    extra = (
+        f'\n[eval]\npath = "{held_out}"\nevery = 2\nsampling_steps = 2\nsamples_per_prompt = 2\n'
+        "[eval.rewards]\ngeneval_mini = { weight = 1.0, strict = true }\nbrightness = 0.5\n"
+    )
+    trainer = read_job(
+        write_rl_job(tmp_path, tiny("sd3"), kind="nft", train={"max_steps": 2}, extra=extra)
+    ).run()
+    evaluations = [entry for entry in trainer.state.log_history if "eval/reward" in entry]
+    assert [entry["step"] for entry in evaluations] == [0, 2]
+    # Training is rewarded by the job's reward (brightness); only the evaluation by GenEval-mini.
+    assert [e["step"] for e in trainer.state.log_history if "rewards/brightness" in e] == [1, 2]
+    last = evaluations[-1]
+    assert last["eval/reward"] == pytest.approx(
+        np.mean([s["geneval_mini"] + 0.5 * s["brightness"] for s in _samples(tmp_path, 2)])
+    )
+    samples = _samples(tmp_path, 2)
+    assert [s["prompt"] for s in samples] == [r["prompt"] for r in records for _ in range(2)]
+    assert {s["geneval_mini"] for s in samples} <= {0.0, 1.0}  # strict: GenEval's score
+    for tag in ("counting", "colors"):
+        assert last[f"eval/reward/{tag}"] == pytest.approx(
+            np.mean([s["reward"] for s in samples if s["tag"] == tag])
+        )
+    assert evaluations[0]["eval/train_seconds"] < evaluations[1]["eval/train_seconds"]
+    # Evaluations are left out of the training seconds: step 0's evaluation happened before any training.
+    assert evaluations[0]["eval/train_seconds"] < 1.0
+
+
+def _samples(tmp_path, step: int) -> list[dict]:
+    return json.loads((tmp_path / "run" / "eval" / f"step_{step}" / "samples.json").read_text())
+
+
+def test_batched_generation_matches_one_prompt_at_a_time(tiny):
+    """SD3 samples `generation_batch` prompts per pipeline call, each from its own generator: the same pictures."""
+    from cosmos_train.diffusion.loading import load_adapter
+
+    adapter = load_adapter(str(tiny("sd3")))
+    prompts = ["a red square", "a blue circle", "a green triangle"]
+    batched = adapter.generate(prompts, 32, 32, num_inference_steps=3, seed=4)
+    adapter.generation_batch = 1
+    single = adapter.generate(prompts, 32, 32, num_inference_steps=3, seed=4)
+    assert batched.shape == single.shape == (3, 3, 32, 32)
+    torch.testing.assert_close(batched, single, atol=1e-5, rtol=0)

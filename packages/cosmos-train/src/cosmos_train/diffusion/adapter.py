@@ -67,6 +67,9 @@ class DiffusionAdapter:
     # RL sampling size when `[rollout]` leaves it unset ("height", "width", "max_sequence_length"), where the
     # references train below the pipeline's own default; absent keys: the pipeline's.
     rl_sample_defaults: ClassVar[dict[str, int]] = {}
+    # Prompts per pipeline call in `generate`: 1 for pipelines that take one prompt per call; more where the
+    # pipeline draws each sample's noise from its own generator (a list), so batching leaves samples unchanged.
+    generation_batch: ClassVar[int] = 1
 
     def __init__(self, pipeline, options: AdapterOptions | None = None):
         self.pipeline = pipeline
@@ -236,16 +239,21 @@ class DiffusionAdapter:
         limits = f"max_sequence_length {call.get('max_sequence_length', 'the pipeline default')}"
         try:
             outputs = []
+            generators = [torch.Generator(self.device).manual_seed(seed + i) for i in range(len(prompts))]
             with truncation_warned_once(self, limits):
-                for index, prompt in enumerate(prompts):
-                    generator = torch.Generator(self.device).manual_seed(seed + index)
-                    outputs.append(self.sample(prompt, generator, call))
+                for start in range(0, len(prompts), self.generation_batch):
+                    chunk = slice(start, start + self.generation_batch)
+                    if self.generation_batch == 1:
+                        outputs.append(self.sample(prompts[start], generators[start], call))
+                    else:
+                        outputs.append(self.sample(prompts[chunk], generators[chunk], call))
         finally:
             self.transformer.train(was_training)
         return torch.cat(outputs).float().clamp(0, 1)
 
-    def sample(self, prompt: str, generator: torch.Generator, call: dict[str, Any]) -> torch.Tensor:
-        """One prompt through the pipeline: `1 x 3 x H x W` or `1 x T x 3 x H x W` in [0, 1]."""
+    def sample(self, prompt, generator, call: dict[str, Any]) -> torch.Tensor:
+        """One prompt (or, with `generation_batch` > 1, a list with a generator each) through the pipeline:
+        `B x 3 x H x W` or `B x T x 3 x H x W` in [0, 1]."""
         images, *_ = self.pipeline(
             prompt=prompt, generator=generator, output_type="pt", return_dict=False, **call
         )

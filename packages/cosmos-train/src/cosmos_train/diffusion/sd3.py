@@ -24,6 +24,7 @@ class StableDiffusion3Adapter(DiffusionAdapter):
     )
     # DiffusionNFT and FlowGRPO train SD3.5 at 512 x 512 with 128 T5 tokens (the pipeline: 1024 and 256).
     rl_sample_defaults = {"height": 512, "width": 512, "max_sequence_length": 128}
+    generation_batch = 16  # the pipeline draws each prompt's noise from its own generator
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         length = self.options.max_sequence_length or call_default(self.pipeline, "max_sequence_length")

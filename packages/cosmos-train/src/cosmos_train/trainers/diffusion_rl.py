@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import math
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,17 @@ class DiffusionRLTrainer(DiffusionTrainer):
     config (`job`, a `DiffusionRLJob`) and write `rollout(prompts, metadata, batch)`, `micro_batches(rollout)`
     (`sample_chunks` cuts the rollout) and `compute_loss`, and may change `advantages(scores)`."""
 
-    def __init__(self, adapter, rewards: list, job, train_dataset, args, kl_beta: float = 0.0, **kwargs):
+    def __init__(
+        self,
+        adapter,
+        rewards: list,
+        job,
+        train_dataset,
+        args,
+        kl_beta: float = 0.0,
+        eval_rewards: list | None = None,
+        **kwargs,
+    ):
         updates = job.rollout.updates_per_rollout
         super().__init__(
             adapter, train_dataset=RolloutPrompts(train_dataset, args, updates), args=args, **kwargs
@@ -103,7 +114,7 @@ class DiffusionRLTrainer(DiffusionTrainer):
             self.unconditional = adapter.encode_prompts([adapter.negative_prompt])
         self.evaluation = None
         if job.eval is not None:
-            self.evaluation = RLEvaluation(self, job.eval)
+            self.evaluation = RLEvaluation(self, job.eval, eval_rewards or rewards)
             self.add_callback(self.evaluation)
 
     # --- the rollout step ------------------------------------------------------------------------------
@@ -270,19 +281,23 @@ class RolloutPrompts(torch.utils.data.Dataset):
 
 class RLEvaluation(TrainerCallback):
     """`[eval]`: before training, every `every` optimizer steps and at the end, the held-out prompts sampled by the
-    pipeline's own sampler (deterministic: prompt i from seed + i; the EMA weights when kept; the pipeline's CFG
-    unless set), scored by the job's rewards. Each process samples a contiguous share of the prompts; the main process logs
-    `eval/reward` (the weighted sum) and `eval/<reward>`, writes the samples and scores under
+    pipeline's own sampler (deterministic: sample i from seed + i, `samples_per_prompt` per prompt; the EMA weights
+    when kept; the pipeline's CFG unless set), scored by `[eval] rewards` (default: the job's). Each process samples
+    a contiguous share; the main process logs `eval/reward` (the weighted sum), `eval/<reward>` and, when the
+    prompts carry a GenEval `tag`, `eval/reward/<tag>` per task; it writes the samples and scores under
     `output_dir/eval/step_N/`, and at the end `output_dir/curves.png` (train and eval reward per step)."""
 
-    def __init__(self, trainer: DiffusionRLTrainer, section):
+    def __init__(self, trainer: DiffusionRLTrainer, section, rewards: list):
         from ..data import load_prompt_list
 
-        self.trainer, self.section = trainer, section
-        self.prompts, _ = load_prompt_list(section)
+        self.trainer, self.section, self.rewards = trainer, section, rewards
+        prompts, _ = load_prompt_list(section)
+        self.rows = [prompts[i] for i in range(len(prompts)) for _ in range(section.samples_per_prompt)]
         self.history: list[tuple[int, float]] = []
+        self.started, self.evaluating = time.perf_counter(), 0.0
 
     def on_train_begin(self, args, state, control, **kwargs):
+        self.started, self.evaluating = time.perf_counter(), 0.0
         if state.global_step == 0:  # the starting point of the curve (a resumed run has it already)
             self.evaluate(0)
 
@@ -300,9 +315,10 @@ class RLEvaluation(TrainerCallback):
     def evaluate(self, step: int) -> float:
         from accelerate.utils import gather_object
 
+        began = time.perf_counter()
         trainer, section = self.trainer, self.section
         accelerator = trainer.accelerator
-        rows = [self.prompts[i] for i in range(len(self.prompts))]
+        rows = self.rows
         # A contiguous share per process, padded to equal lengths so that sharded models run the same forwards.
         share = math.ceil(len(rows) / accelerator.num_processes)
         start = accelerator.process_index * share
@@ -323,7 +339,7 @@ class RLEvaluation(TrainerCallback):
         uint8 = uint8.permute(0, 2, 3, 1) if uint8.dim() == 4 else uint8.permute(0, 1, 3, 4, 2)
         uint8 = uint8[: len(mine)].cpu().numpy()
         scores = score_media(
-            trainer.rewards, uint8, [rows[i]["prompt"] for i in mine], [rows[i]["metadata"] for i in mine]
+            self.rewards, uint8, [rows[i]["prompt"] for i in mine], [rows[i]["metadata"] for i in mine]
         )
         results = gather_object(
             [
@@ -335,10 +351,15 @@ class RLEvaluation(TrainerCallback):
         per_reward = {
             name: torch.tensor([r[1][name] for r in results], dtype=torch.float64) for name in scores
         }
-        total = weighted_reward(per_reward, trainer.reward_weights())
+        total = weighted_reward(per_reward, {reward.name: reward.weight for reward in self.rewards})
         logs = {"eval/reward": total.mean().item()} | {
             f"eval/{n}": v.mean().item() for n, v in per_reward.items()
         }
+        # Seconds of training so far in this process, evaluations left out: learning against wall-clock.
+        logs["eval/train_seconds"] = round(began - self.started - self.evaluating, 3)
+        tags = [rows[r[0]]["metadata"].get("tag") for r in results]
+        for tag in dict.fromkeys(t for t in tags if isinstance(t, str)):
+            logs[f"eval/reward/{tag}"] = total[[t == tag for t in tags]].mean().item()
         # Trainer.log clears a train log scheduled for this step (`on_log`): keep it scheduled.
         scheduled = trainer.control.should_log
         trainer.log(logs)
@@ -349,9 +370,13 @@ class RLEvaluation(TrainerCallback):
                 Path(trainer.args.output_dir) / "eval" / f"step_{step}",
                 [rows[r[0]]["prompt"] for r in results],
                 [r[2] for r in results],
-                [r[1] | {"reward": total[k].item()} for k, r in enumerate(results)],
+                [
+                    r[1] | {"reward": total[k].item()} | ({"tag": tags[k]} if tags[k] else {})
+                    for k, r in enumerate(results)
+                ],
                 fps=trainer.adapter.generate_kwargs.get("fps", 8),
             )
+        self.evaluating += time.perf_counter() - began
         return logs["eval/reward"]
 
 
@@ -418,6 +443,11 @@ def build_diffusion_rl_trainer(job: Job, callbacks: list | None = None) -> Diffu
 
     config = job.config
     rewards = build_media_rewards(reward_specs(config.rewards), search_path=Path(job.source).parent)
+    eval_rewards = None
+    if config.eval is not None and config.eval.rewards is not None:
+        eval_rewards = build_media_rewards(
+            reward_specs(config.eval.rewards), search_path=Path(job.source).parent
+        )
     adapter, lora = load_for_training(job)
     dataset, collate = config.training_data(adapter, job.args)
     return job.kind.trainer_class()(
@@ -429,4 +459,5 @@ def build_diffusion_rl_trainer(job: Job, callbacks: list | None = None) -> Diffu
         train_dataset=dataset,
         data_collator=collate,
         callbacks=callbacks,
+        eval_rewards=eval_rewards,
     )

@@ -95,7 +95,18 @@ class RLEvalSection(PromptListData):
     guidance_scale: float | None = Field(
         None, ge=1.0, description="Classifier-free guidance (default: the pipeline's own)."
     )
-    seed: int = Field(0, ge=0, description="Prompt i samples from seed + i, the same at every evaluation.")
+    seed: int = Field(0, ge=0, description="Sample i samples from seed + i, the same at every evaluation.")
+    samples_per_prompt: int = Field(1, gt=0, description="Samples per prompt (GenEval draws 4).")
+    rewards: RewardTable | None = Field(
+        None,
+        description="Rewards that score the evaluation, e.g. a strict form of the training reward (default: the "
+        "job's). With GenEval metadata, each task's mean is logged too (eval/reward/<tag>).",
+    )
+
+    @field_validator("rewards")
+    @classmethod
+    def _known_rewards(cls, rewards: RewardTable | None) -> RewardTable | None:
+        return None if rewards is None else check_reward_table(rewards, media=True)
 
 
 class DiffusionRLJob(JobSchema):
