@@ -47,14 +47,20 @@ def test_the_evaluator_passes_its_own_validation(vocabulary):
     records = [r for r in all_prompts(vocabulary) for _ in range(3)]
     pictures = [render(r, vocabulary, rng) for r in records]
     tags = [r["tag"] for r in records]
-    own = [evaluate(p, r, vocabulary.colors, vocabulary.shapes).correct for p, r in zip(pictures, records)]
+    own = [
+        evaluate(p, r, vocabulary.colors, vocabulary.shapes).correct
+        for p, r in zip(pictures, records, strict=True)
+    ]
     assert task_scores(own, tags)["overall"] >= 0.98
     # Another prompt of another task: the picture answers its own prompt, not this one.
     shift = {task: TASKS[(i + 1) % len(TASKS)] for i, task in enumerate(TASKS)}
     others = [
         next(q for q in records[k:] + records if q["tag"] == shift[r["tag"]]) for k, r in enumerate(records)
     ]
-    foreign = [evaluate(p, o, vocabulary.colors, vocabulary.shapes).correct for p, o in zip(pictures, others)]
+    foreign = [
+        evaluate(p, o, vocabulary.colors, vocabulary.shapes).correct
+        for p, o in zip(pictures, others, strict=True)
+    ]
     assert task_scores(foreign, [o["tag"] for o in others])["overall"] <= 0.35
 
 
@@ -127,7 +133,7 @@ def test_judging_follows_genevals_rules_per_task():
     red_circle = ("circle", "red", (2, 10, 12, 20))
     blue_square = ("square", "blue", (18, 10, 28, 20))
     image = picture(red_circle, blue_square)
-    objects, regions = detect(image, DEFAULT.colors, DEFAULT.shapes)
+    objects, _ = detect(image, DEFAULT.colors, DEFAULT.shapes)
     assert {name: [(o.color, o.box) for o in found] for name, found in objects.items()} == {
         "circle": [("red", (2, 10, 12, 20))],
         "square": [("blue", (18, 10, 28, 20))],
@@ -180,7 +186,9 @@ def test_the_reward_by_name_by_import_path_and_through_the_service():
     media = np.stack([render(r, DEFAULT, rng) for r in records] * 2)
     metadata = [metadata_of(r) for r in records] + [metadata_of(r) for r in records[1:] + records[:1]]
     prompts = [m.get("tag", "") for m in metadata]
-    expected = [evaluate(m, r, DEFAULT.colors, DEFAULT.shapes).score for m, r in zip(media, metadata)]
+    expected = [
+        evaluate(m, r, DEFAULT.colors, DEFAULT.shapes).score for m, r in zip(media, metadata, strict=True)
+    ]
     assert expected[: len(records)] == [1.0] * len(records) and min(expected[len(records) :]) < 1.0
 
     (by_name,) = build_media_rewards([RewardSpec("geneval_mini", 1.0, {"colors": list(DEFAULT.colors)})])

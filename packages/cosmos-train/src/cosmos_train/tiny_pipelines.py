@@ -44,6 +44,26 @@ def _seeded(seed: int, module: torch.nn.Module) -> torch.nn.Module:
     return module.eval()
 
 
+def clip_text_encoder(tokenizer, width: int, max_positions: int, seed: int, vocab_size: int | None = None):
+    """A random 2-layer `CLIPTextModelWithProjection` of `width` (projection `width`) for `tokenizer`."""
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    torch.manual_seed(seed)
+    config = CLIPTextConfig(
+        vocab_size=vocab_size or _vocab(tokenizer),
+        hidden_size=width,
+        intermediate_size=2 * width,
+        projection_dim=width,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=max_positions,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return CLIPTextModelWithProjection(config).eval()
+
+
 def build_sd3(seed: int = 0):
     """`StableDiffusion3Pipeline`: a 2-block MMDiT, two CLIP text encoders with projections, T5, a 2x VAE."""
     from diffusers import (
@@ -52,27 +72,14 @@ def build_sd3(seed: int = 0):
         SD3Transformer2DModel,
         StableDiffusion3Pipeline,
     )
-    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
+    from transformers import T5Config, T5EncoderModel
 
     torch.manual_seed(seed)
     clip_tokenizer = byte_tokenizer(77)
     t5_tokenizer = byte_tokenizer(64)
 
     def clip(offset: int):
-        torch.manual_seed(seed + offset)
-        config = CLIPTextConfig(
-            vocab_size=_vocab(clip_tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            projection_dim=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=77,
-            pad_token_id=clip_tokenizer.pad_token_id,
-            bos_token_id=clip_tokenizer.bos_token_id,
-            eos_token_id=clip_tokenizer.eos_token_id,
-        )
-        return CLIPTextModelWithProjection(config).eval()
+        return clip_text_encoder(clip_tokenizer, width=32, max_positions=77, seed=seed + offset)
 
     torch.manual_seed(seed + 3)
     t5 = T5EncoderModel(

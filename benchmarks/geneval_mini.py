@@ -1,0 +1,422 @@
+"""GenEval in miniature: DiffusionNFT, FlowGRPO and DDRL from one base model that our own SFT taught, scored
+on held-out prompts per GenEval task, as the papers report it.
+
+The base (`benchmarks/geneval_mini/base`, 11 MB, hash-checked) is a tiny Stable Diffusion 3 pipeline whose
+transformer `cosmos-train diffusion-sft` trained from scratch on the shapes domain
+(`cosmos_train.geneval_mini.base.build_base`). Each algorithm trains it in full from the same start on the train
+prompts with the `geneval_mini` reward (partial credit), and `[eval]` scores the held-out prompts (4 samples
+each, GenEval's strict score, no CFG) every two rollouts. A vocabulary other than the shipped one builds its own
+base first (about 20 minutes), cached under `benchmarks/results/`.
+
+    python benchmarks/geneval_mini.py [--quick] [--seed N] [--seeds 3] [--colors a,b,...] [--shapes a,b,...]
+                                      [--rollouts N] [--out FILE] [--rebuild-base]
+
+Writes JSON (`base`, `nft`, `flow_grpo`, `ddrl`, each with its held-out `overall` and per-task scores at the
+budget, over seeds; steps and seconds to the target), `<out>.png` (held-out score against rollouts and against
+training seconds) and `<out>_samples.png` (base against each algorithm on a few held-out prompts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import RESULTS, write_results
+
+from cosmos_train.geneval_mini import TASKS, Vocabulary, write_pairs
+from cosmos_train.geneval_mini.base import build_base, check_base, load_vocabulary
+
+SHIPPED = Path(__file__).resolve().parent / "geneval_mini" / "base"
+ALGORITHMS = {"nft": "nft", "flow_grpo": "flow-grpo", "ddrl": "ddrl"}
+COLORS = {"nft": "#c83c28", "flow_grpo": "#285ac8", "ddrl": "#28a050"}
+LEARNING_RATE = 3e-4
+PROMPTS_PER_ROLLOUT = 8
+SAMPLES_PER_PROMPT = 8  # the papers' K = 24 (FlowGRPO, NFT), 8 (DDRL): 64 samples per rollout here
+
+# Each algorithm's paper defaults, scaled to a 2.3M-parameter transformer trained in full (see the docstring of
+# `job`): one learning rate for all three, K = 8, 10 sampler steps, no CFG.
+OWN_SECTIONS = {
+    "nft": """
+[nft]
+beta = 1.0
+kl_beta = 0.0001
+decay_type = 1
+ema_decay = 0.9
+""",
+    "flow_grpo": """
+[flow_grpo]
+noise_level = 0.7
+clip_range = 0.0001
+kl_beta = 0.04
+timestep_fraction = 0.99
+ema_decay = 0.9
+ema_every = 1
+""",
+    "ddrl": """
+[ddrl]
+data_beta = 0.01
+train_step_stride = 2
+ema_decay = 0.9
+""",
+}
+
+
+def job(
+    algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: int, rollouts: int, lr: float
+) -> str:
+    """The job file of one run. Scaled from the papers, and why (docs/geneval-mini.md):
+    - full fine-tuning (the base is 2.3M parameters: LoRA buys nothing) at NFT's and FlowGRPO's lr 3e-4, constant,
+      for all three (DDRL's 1e-5 is for 2B weights), for `rollouts` rollouts;
+    - K = 8 samples per prompt and 8 prompts per rollout (24 and 48 or more in the papers), 10 sampler steps
+      (as the papers train), 32 x 32 pictures;
+    - no CFG anywhere: NFT and DDRL are CFG-free, and FlowGRPO's 4.5 would give it a different base score;
+    - evaluation at 20 sampler steps (the papers: 40), 4 samples per held-out prompt, every two rollouts;
+    - each algorithm's own constants as its paper sets them (NFT beta 1, KL 1e-4; FlowGRPO noise 0.7, clip 1e-4,
+      KL 0.04; DDRL data weight 0.01, every second step), EMA 0.9 per step for evaluation (theirs: thousands of
+      steps)."""
+    kind = ALGORITHMS[algorithm]
+    updates = 2 if algorithm == "flow_grpo" else 1
+    samples = PROMPTS_PER_ROLLOUT * SAMPLES_PER_PROMPT
+    vocabulary_keys = f"colors = {list(vocabulary.colors)}, shapes = {list(vocabulary.shapes)}"
+    vocabulary_keys = vocabulary_keys.replace("'", '"')
+    if algorithm == "ddrl":
+        data = f'[data]\npath = "{work / "pairs"}"\nformat = "folder"\nheight = {vocabulary.size}\nwidth = {vocabulary.size}\n'
+        size = ""
+    else:
+        data = f'[data]\npath = "{base / "prompts" / "train_metadata.jsonl"}"\n'
+        size = f"height = {vocabulary.size}\nwidth = {vocabulary.size}\n"
+    return f"""\
+kind = "{kind}"
+
+[model]
+name_or_path = "{base}"
+
+{data}
+[rewards]
+geneval_mini = {{ weight = 1.0, {vocabulary_keys} }}
+
+[rollout]
+samples_per_prompt = {SAMPLES_PER_PROMPT}
+sampling_steps = 10
+guidance_scale = 1.0
+{size}max_sequence_length = 16
+train_batch_size = {samples // updates}
+updates_per_rollout = {updates}
+{OWN_SECTIONS[algorithm]}
+[eval]
+path = "{base / "prompts" / "test_metadata.jsonl"}"
+every = {2 * updates}
+sampling_steps = 20
+guidance_scale = 1.0
+samples_per_prompt = 4
+seed = 1000
+
+[eval.rewards]
+geneval_mini = {{ weight = 1.0, strict = true, {vocabulary_keys} }}
+well_formed_shapes = {{ weight = 0.0, {vocabulary_keys} }}
+
+[train]
+output_dir = "{work / f"{algorithm}-seed{seed}"}"
+learning_rate = {lr}
+lr_scheduler_type = "constant"
+warmup_steps = 0
+max_steps = {rollouts * updates}
+per_device_train_batch_size = {PROMPTS_PER_ROLLOUT}
+logging_steps = 1
+save_steps = {rollouts * updates}
+report_to = "none"
+disable_tqdm = true
+seed = {seed}
+"""
+
+
+def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: int, rollouts: int, lr: float):
+    """Train one algorithm (the real CLI, in a child process) and read its evaluations back."""
+    folder = work / f"{algorithm}-seed{seed}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "job.toml").write_text(job(algorithm, base, work, vocabulary, seed, rollouts, lr))
+    started = time.perf_counter()
+    log = folder / "train.log"
+    with log.open("w") as sink:
+        done = subprocess.run(
+            [sys.executable, "-m", "cosmos_train", ALGORITHMS[algorithm], "-c", str(folder / "job.toml")],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+        )
+    if done.returncode:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
+        raise SystemExit(f"{algorithm} seed {seed} failed (exit {done.returncode}); {log}:\n{tail}")
+    updates = 2 if algorithm == "flow_grpo" else 1
+    # The run saves once, at its end: that checkpoint holds the log history and the exported pipeline.
+    history = json.loads(next(folder.glob("checkpoint-*/trainer_state.json")).read_text())["log_history"]
+    curve = []
+    for entry in history:
+        if "eval/reward" not in entry:
+            continue
+        tasks = {task: entry[f"eval/reward/{task}"] for task in TASKS if f"eval/reward/{task}" in entry}
+        curve.append(
+            {
+                "step": entry["step"],
+                "rollout": entry["step"] // updates,
+                "seconds": entry["eval/train_seconds"],
+                "overall": statistics.fmean(tasks.values()),
+                "tasks": tasks,
+                "well_formed": entry["eval/well_formed_shapes"],
+            }
+        )
+    print(
+        f"  {algorithm:9s} seed {seed}: held-out {curve[0]['overall']:.3f} -> {curve[-1]['overall']:.3f} "
+        f"in {curve[-1]['rollout']} rollouts ({time.perf_counter() - started:.0f} s with evaluations)",
+        flush=True,
+    )
+    return curve, folder
+
+
+def first_reaching(curve: list[dict], target: float, key: str) -> float | None:
+    return next((point[key] for point in curve if point["overall"] >= target), None)
+
+
+def summarise(curves: list[list[dict]], target: float) -> dict:
+    """Held-out scores at the budget (mean and spread over seeds), and rollouts / seconds to `target`."""
+    finals = [curve[-1] for curve in curves]
+    overall = [f["overall"] for f in finals]
+    to_target = [first_reaching(c, target, "rollout") for c in curves]
+    seconds = [first_reaching(c, target, "seconds") for c in curves]
+    return {
+        "overall": statistics.fmean(overall),
+        "overall_per_seed": overall,
+        "spread": statistics.stdev(overall) if len(overall) > 1 else 0.0,
+        "tasks": {t: statistics.fmean(f["tasks"][t] for f in finals) for t in finals[0]["tasks"]},
+        "well_formed": statistics.fmean(f["well_formed"] for f in finals),
+        "rollouts": finals[0]["rollout"],
+        "rollouts_to_target": to_target,
+        "seconds_to_target": seconds,
+        "curves": curves,
+    }
+
+
+def resolve_base(vocabulary: Vocabulary, seed: int, rebuild: bool) -> Path:
+    """The shipped base when the vocabulary is its own, else (or with --rebuild-base) one built for it."""
+    if not rebuild and load_vocabulary(SHIPPED) == vocabulary:
+        check_base(SHIPPED)
+        return SHIPPED
+    name = f"geneval_mini_base-{'-'.join(vocabulary.colors)}-{'-'.join(vocabulary.shapes)}-seed{seed}"
+    folder = SHIPPED if rebuild and load_vocabulary(SHIPPED) == vocabulary else RESULTS / name
+    if rebuild or not (folder / "SHA256SUMS").exists():
+        recipe = json.loads((SHIPPED / "build.json").read_text())
+        print(
+            f"building the base model for {vocabulary.colors} x {vocabulary.shapes} into {folder}", flush=True
+        )
+        build_base(
+            folder,
+            vocabulary,
+            seed=seed,
+            pairs=recipe["pairs"],
+            sft_steps=recipe["sft_steps"],
+            vae_steps=recipe["vae_steps"],
+            work=RESULTS / f"{name}.work",
+        )
+    check_base(folder)
+    return folder
+
+
+def plot(results: dict, base: float, target: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(1, 2, figsize=(11, 4), dpi=100)
+    for algorithm in ALGORITHMS:
+        for index, curve in enumerate(results[algorithm]["curves"]):
+            label = algorithm if index == 0 else None
+            for axis, key in zip(axes, ("rollout", "seconds"), strict=True):
+                axis.plot(
+                    [p[key] for p in curve],
+                    [p["overall"] for p in curve],
+                    "o-",
+                    ms=3,
+                    alpha=0.8,
+                    color=COLORS[algorithm],
+                    label=label,
+                )
+    for axis, label in zip(axes, ("rollouts", "training seconds (evaluations excluded)"), strict=True):
+        axis.axhline(base, color="grey", ls=":", label="base")
+        axis.axhline(target, color="black", ls="--", lw=0.8, label="target")
+        axis.set_xlabel(label)
+        axis.set_ylabel("GenEval-mini held-out overall")
+        axis.grid(alpha=0.3)
+    axes[0].legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
+
+
+def sample_grid(runs: dict[str, Path], base: Path, test: list[dict], path: Path) -> None:
+    """One held-out prompt per task (columns); the base, then each algorithm's trained model (rows)."""
+    import torch
+    from diffusers import DiffusionPipeline
+    from PIL import Image, ImageDraw
+
+    records = [
+        next(r for r in test if r["tag"] == task) for task in TASKS if any(r["tag"] == task for r in test)
+    ]
+    prompts = [r["prompt"] for r in records]
+    rows = {"base": base} | {name: next(folder.glob("safetensors/step_*")) for name, folder in runs.items()}
+    scale, label_width = 3, 90
+    pictures = []
+    for name, model in rows.items():
+        pipeline = DiffusionPipeline.from_pretrained(model)
+        pipeline.set_progress_bar_config(disable=True)
+        generators = [torch.Generator().manual_seed(1000 + i) for i in range(len(prompts))]
+        images = pipeline(
+            prompts,
+            num_inference_steps=20,
+            guidance_scale=1.0,
+            height=32,
+            width=32,
+            max_sequence_length=16,
+            generator=generators,
+        ).images
+        pictures.append((name, images))
+    side = 32 * scale
+    sheet = Image.new("RGB", (label_width + side * len(prompts), 14 + side * len(rows)), "white")
+    pen = ImageDraw.Draw(sheet)
+    for column, record in enumerate(records):
+        pen.text((label_width + column * side + 2, 2), record["tag"], fill="black")
+    for row, (name, images) in enumerate(pictures):
+        pen.text((4, 14 + row * side + side // 2), name, fill="black")
+        for column, image in enumerate(images):
+            sheet.paste(
+                image.resize((side, side), Image.NEAREST), (label_width + column * side, 14 + row * side)
+            )
+    sheet.save(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="1 seed, 12 rollouts per algorithm (about 5 min)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the first training seed (and the domain's)")
+    parser.add_argument(
+        "--seeds", type=int, help="training seeds per algorithm, for the spread (3; quick: 1)"
+    )
+    parser.add_argument("--rollouts", type=int, help="rollouts per run, the fixed budget (40; quick: 12)")
+    parser.add_argument("--lr", type=float, default=LEARNING_RATE, help="learning rate of every algorithm")
+    parser.add_argument(
+        "--gain", type=float, default=0.15, help="target: the base's held-out score plus this"
+    )
+    parser.add_argument("--colors", help="comma-separated colour names (default: the shipped base's)")
+    parser.add_argument("--shapes", help="comma-separated shape names (default: the shipped base's)")
+    parser.add_argument(
+        "--rebuild-base", action="store_true", help="rebuild the base model (about 20 minutes)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS / "geneval_mini.json", help="the JSON to write")
+    args = parser.parse_args()
+    args.seeds = args.seeds or (1 if args.quick else 3)
+    args.rollouts = args.rollouts or (12 if args.quick else 40)
+
+    shipped = load_vocabulary(SHIPPED)
+    vocabulary = Vocabulary(
+        colors=tuple(args.colors.split(",")) if args.colors else shipped.colors,
+        shapes=tuple(args.shapes.split(",")) if args.shapes else shipped.shapes,
+        max_count=shipped.max_count,
+        size=shipped.size,
+        object_size=shipped.object_size,
+    )
+    base = resolve_base(vocabulary, args.seed, args.rebuild_base)
+    work = args.out.with_suffix("")
+    work = work.with_name(work.name + ".runs")
+    shutil.rmtree(work, ignore_errors=True)
+    train = [
+        json.loads(line) for line in (base / "prompts" / "train_metadata.jsonl").read_text().splitlines()
+    ]
+    test = [json.loads(line) for line in (base / "prompts" / "test_metadata.jsonl").read_text().splitlines()]
+    write_pairs(work / "pairs", train, 512, vocabulary, seed=args.seed)  # DDRL's data term
+
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    curves: dict[str, list] = {name: [] for name in ALGORITHMS}
+    folders: dict[str, Path] = {}
+    print(f"base {base}; {len(train)} train / {len(test)} held-out prompts; seeds {seeds}", flush=True)
+    for seed in seeds:  # interleaved: the machine's drift touches every algorithm alike
+        for algorithm in ALGORITHMS:
+            curve, folder = run(algorithm, base, work, vocabulary, seed, args.rollouts, args.lr)
+            curves[algorithm].append(curve)
+            folders.setdefault(algorithm, folder)
+
+    starts = [curve[0] for runs in curves.values() for curve in runs]
+    base_score = statistics.fmean(point["overall"] for point in starts)
+    target = base_score + args.gain
+    results = {name: summarise(curves[name], target) for name in ALGORITHMS}
+    steps_nft = [r for r in results["nft"]["rollouts_to_target"] if r is not None]
+    steps_grpo = [r for r in results["flow_grpo"]["rollouts_to_target"] if r is not None]
+    out_png = args.out.with_suffix(".png")
+    plot(results, base_score, target, out_png)
+    sample_grid(folders, base, test, args.out.with_name(args.out.stem + "_samples.png"))
+    payload = {
+        "vocabulary": vocabulary.as_dict(),
+        "seeds": seeds,
+        "budget_rollouts": args.rollouts,
+        "target": target,
+        "base": {
+            "overall": base_score,
+            "tasks": {t: statistics.fmean(p["tasks"][t] for p in starts) for t in starts[0]["tasks"]},
+            "well_formed": statistics.fmean(p["well_formed"] for p in starts),
+        },
+        **results,
+        "nft_vs_flow_grpo_rollouts_to_target": (
+            statistics.median(steps_grpo) / statistics.median(steps_nft) if steps_nft and steps_grpo else None
+        ),
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.out.parent == RESULTS:
+        write_results(args.out.stem, payload)
+    else:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    print(table(payload))
+
+
+def table(payload: dict) -> str:
+    """The README's table: base and each algorithm at the budget, overall and per task, and to-target figures."""
+    tasks = list(payload["base"]["tasks"])
+    head = (
+        "| model | overall | "
+        + " | ".join(tasks)
+        + " | well-formed | rollouts to target | seconds to target |"
+    )
+    lines = [head, "|" + "---|" * (len(tasks) + 5)]
+
+    def cells(entry: dict) -> str:
+        return " | ".join(f"{entry['tasks'][t]:.2f}" for t in tasks)
+
+    base = payload["base"]
+    lines.append(f"| base | {base['overall']:.3f} | {cells(base)} | {base['well_formed']:.2f} | | |")
+    for name in ALGORITHMS:
+        entry = payload[name]
+        reach = ", ".join("-" if r is None else str(r) for r in entry["rollouts_to_target"])
+        secs = ", ".join("-" if s is None else f"{s:.0f}" for s in entry["seconds_to_target"])
+        lines.append(
+            f"| {name} | {entry['overall']:.3f} ± {entry['spread']:.3f} | {cells(entry)} | "
+            f"{entry['well_formed']:.2f} | {reach} | {secs} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    main()
