@@ -150,7 +150,9 @@ def test_sd3_grids_start_at_pure_noise_and_cap_at_edm_sigma_max(tmp_path, tiny):
 
     assert to_edm(1.0) == math.inf and to_edm(0.5) == 1.0
     trainer = read_job(
-        write_rl_job(tmp_path, tiny("sd3"), kind="ddrl", train={"max_steps": 1}, rollout={"sampling_steps": 3})
+        write_rl_job(
+            tmp_path, tiny("sd3"), kind="ddrl", train={"max_steps": 1}, rollout={"sampling_steps": 3}
+        )
     ).run()
     grid = trainer.grid(4)
     assert grid.sigmas[0] == 1.0
