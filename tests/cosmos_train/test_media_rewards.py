@@ -97,7 +97,14 @@ def test_media_rewards_are_registered_apart_from_text_rewards():
         check_reward,
     )
 
-    assert set(MEDIA_REWARDS) | {"ocr", "pickscore", "hps", "aesthetic"} == set(MEDIA_BUILTINS)
+    assert set(MEDIA_REWARDS) | {
+        "ocr",
+        "pickscore",
+        "hps",
+        "aesthetic",
+        "geneval_mini",
+        "well_formed_shapes",
+    } == set(MEDIA_BUILTINS)
     check_reward("color_target", {"target": [0, 0, 255]}, media=True)
     with pytest.raises(ValueError, match=r"color_target: unknown parameter 'targt' \(it takes: target\)"):
         check_reward("color_target", {"targt": [0, 0, 255]}, media=True)
