@@ -227,3 +227,12 @@ def test_a_vocabulary_with_unknown_names_is_refused_in_one_line():
         Vocabulary(colors=("red", "teal"))
     with pytest.raises(ValueError, match="unknown shape 'star'"):
         Vocabulary(shapes=("circle", "star"))
+
+
+def test_a_video_scores_the_mean_of_its_frames():
+    rng = np.random.default_rng(4)
+    record = next(r for r in all_prompts(DEFAULT) if r["prompt"] == "a photo of a red square")
+    other = next(r for r in all_prompts(DEFAULT) if r["prompt"] == "a photo of a blue circle")
+    clip = np.stack([render(record, DEFAULT, rng), render(other, DEFAULT, rng)])[None]  # 1 x 2 frames
+    assert geneval_mini(clip, ["a photo of a red square"], [metadata_of(record)], strict=True) == [0.5]
+    assert well_formed_shapes(clip) == [1.0]

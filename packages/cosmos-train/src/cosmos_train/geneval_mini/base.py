@@ -160,8 +160,8 @@ def train_vae(vocabulary: Vocabulary, records: list[dict], seed: int = 0, steps:
     return vae
 
 
-def sft_job(work: Path, vocabulary: Vocabulary, seed: int, steps: int) -> str:
-    """The `cosmos-train diffusion-sft` job that teaches the transformer (paths relative to `work`)."""
+def sft_job(vocabulary: Vocabulary, seed: int, steps: int) -> str:
+    """The `cosmos-train diffusion-sft` job that teaches the transformer (paths relative to the job file)."""
     return f"""\
 # Teaches the GenEval-mini base model (written by cosmos_train.geneval_mini.base.build_base).
 kind = "diffusion-sft"
@@ -223,7 +223,7 @@ def build_base(
     write_pairs(work / "pairs", train, pairs, vocabulary, seed=seed)
     vae = train_vae(vocabulary, train, seed=seed, steps=vae_steps, log=log)
     untrained_pipeline(vocabulary, vae, seed).save_pretrained(work / "untrained")
-    (work / "sft.toml").write_text(sft_job(work, vocabulary, seed, sft_steps))
+    (work / "sft.toml").write_text(sft_job(vocabulary, seed, sft_steps))
     log(f"cosmos-train diffusion-sft -c {work / 'sft.toml'}")
     subprocess.run(
         [sys.executable, "-m", "cosmos_train", "diffusion-sft", "-c", str(work / "sft.toml")], check=True

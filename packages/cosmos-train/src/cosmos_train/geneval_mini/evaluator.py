@@ -1,8 +1,8 @@
 """GenEval-mini's evaluator: scores a picture against its GenEval record the way GenEval does per task, with a
 detector made for the domain instead of Mask2Former and CLIP.
 
-    objects = detect(image, vocabulary)                   # {shape: [Detection, ...]}, most confident first
-    verdict = evaluate(image, record, vocabulary)         # Verdict(correct, score, reasons)
+    objects, regions = detect(image, colors, shapes)      # {shape: [Detection, ...]}, most confident first
+    verdict = evaluate(image, record, colors, shapes)     # Verdict(correct, score, reasons)
     geneval_mini(media, prompts, metadata)                # the reward: one score per sample
 
 Detection: each pixel takes its nearest named colour (or the background) when it lies within `tolerance` of
@@ -19,6 +19,7 @@ partial credit a reward gives; Flow-GRPO's GenEval reward gives one too).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,7 @@ def detect(
     tolerance: float = DEFAULT_TOLERANCE,
     min_area: int | None = None,
     min_iou: float = DEFAULT_MIN_IOU,
+    labels: np.ndarray | None = None,
 ) -> tuple[dict[str, list[Detection]], list[Detection]]:
     """The objects of `image` (H x W x 3 uint8) by shape, most confident first, and every region found
     (malformed ones included). `min_area` defaults to 1/100 of the image."""
@@ -76,7 +78,8 @@ def detect(
 
     if min_area is None:
         min_area = max(4, image.shape[0] * image.shape[1] // 100)
-    labels = segment_colors(image, colors, tolerance)
+    if labels is None:
+        labels = segment_colors(image, colors, tolerance)
     regions = []
     for index, color in enumerate(colors):
         components, _ = ndimage.label(labels == index)
@@ -164,10 +167,11 @@ def well_formed_share(
     """The share of `image`'s coloured pixels that lie in well-formed objects: 1 for ground-truth pictures,
     lower as shapes smear, split or bleed, 0 for a picture with no colour. A distance to the data that needs
     no prompt."""
-    colored = int((segment_colors(image, colors) != -1).sum())
+    labels = segment_colors(image, colors)
+    colored = int((labels != -1).sum())
     if colored == 0:
         return 0.0
-    _, regions = detect(image, colors, shapes)
+    _, regions = detect(image, colors, shapes, labels=labels)
     return sum(region.area for region in regions if region.shape is not None) / colored
 
 
@@ -181,6 +185,20 @@ def task_scores(correct: Sequence[float], tags: Sequence[str]) -> dict[str, floa
     return {"overall": float(np.mean(list(per_task.values()))) if per_task else 0.0, **per_task}
 
 
+def _per_clip(image_reward):
+    """`rewards.media.per_clip` (checks the media; a video scores the mean of its frames), imported at call time:
+    the rewards package registers these functions, so it cannot be imported while this module loads."""
+
+    @functools.wraps(image_reward)  # keeps the signature: the registry reads the parameters from it
+    def reward(media, prompts=(), metadata=None, **params):
+        from ..rewards.media import per_clip
+
+        return per_clip(image_reward)(media, prompts, metadata, **params)
+
+    return reward
+
+
+@_per_clip
 def geneval_mini(
     media: np.ndarray,
     prompts: Sequence[str] = (),
@@ -195,27 +213,19 @@ def geneval_mini(
     """GenEval-mini: each image judged against its prompt's GenEval record (the prompt list's metadata), 1 or 0
     with `strict`, else the share of the record's requirements met. `colors` and `shapes`: the vocabulary
     (default: every named colour and shape). Videos are scored frame by frame and averaged."""
-    from ..rewards.media import check_media  # here: the rewards package registers this function
-
-    media = check_media(media)
     if metadata is None or any(not isinstance(m, dict) or "include" not in m for m in metadata):
         raise ValueError(
             "geneval_mini needs each prompt's GenEval record as metadata: use a `*_metadata.jsonl` prompt list"
         )
-    colors = tuple(colors or NAMED_COLORS)
-    shapes = tuple(shapes or SHAPES)
-    Vocabulary(colors=colors, shapes=shapes)  # one clear error for an unknown name
-    frames = media.shape[1] if media.ndim == 5 else 1
-    images = media.reshape(-1, *media.shape[-3:])
-    scores = []
-    for index, image in enumerate(images):
-        verdict = evaluate(
-            image, metadata[index // frames], colors, shapes, tolerance=tolerance, min_iou=min_iou
-        )
-        scores.append(float(verdict.correct) if strict else verdict.score)
-    return np.asarray(scores).reshape(-1, frames).mean(-1).tolist()
+    colors, shapes = _vocabulary(colors, shapes)
+    verdicts = [
+        evaluate(image, record, colors, shapes, tolerance=tolerance, min_iou=min_iou)
+        for image, record in zip(media, metadata, strict=True)
+    ]
+    return [float(v.correct) if strict else v.score for v in verdicts]
 
 
+@_per_clip
 def well_formed_shapes(
     media: np.ndarray,
     prompts: Sequence[str] = (),
@@ -226,15 +236,12 @@ def well_formed_shapes(
 ) -> list[float]:
     """The share of each picture's coloured pixels inside well-formed shapes (`well_formed_share`), whatever the
     prompt: how close samples stay to the domain's clean pictures. Videos: averaged over frames."""
-    from ..rewards.media import check_media
+    colors, shapes = _vocabulary(colors, shapes)
+    return [well_formed_share(image, colors, shapes) for image in media]
 
-    media = check_media(media)
+
+def _vocabulary(colors, shapes) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The reward's colours and shapes (default: every named one), checked by `Vocabulary` for a clear error."""
     colors, shapes = tuple(colors or NAMED_COLORS), tuple(shapes or SHAPES)
-    frames = media.shape[1] if media.ndim == 5 else 1
-    images = media.reshape(-1, *media.shape[-3:])
-    return (
-        np.asarray([well_formed_share(i, colors, shapes) for i in images])
-        .reshape(-1, frames)
-        .mean(-1)
-        .tolist()
-    )
+    Vocabulary(colors=colors, shapes=shapes)
+    return colors, shapes
