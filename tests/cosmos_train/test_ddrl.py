@@ -116,6 +116,12 @@ def test_video_rollouts_are_conditioned_on_the_items_first_frame(tmp_path, tiny)
     assert not torch.equal(rollout["noise"][0], rollout["noise"][2])
     assert rollout["frames"][:, 0].all() and not rollout["frames"][:, 1:].any()
 
+    # With 0 or 1 conditional frames allowed, the count is drawn once per batch (cosmos-rl), never per item.
+    trainer.ddrl = trainer.ddrl.model_copy(update={"min_num_conditional_frames": 0})
+    draws = [trainer.condition_frames(latents) for _ in range(24)]
+    assert all((drawn == drawn[:1]).all() for drawn in draws)
+    assert {int(drawn[0].sum()) for drawn in draws} == {0, 1}
+
 
 def test_ddrl_checkpoint_then_resume(tmp_path, tiny):
     job_file = write_rl_job(

@@ -4,7 +4,7 @@
 DDRL reads DATA, not a prompt list: `[data]` is the diffusion-SFT data section (a folder of pairs, the
 Cosmos-Predict2.5 `videos/` + `metas/` layout, or a datasets source). Each rollout takes a batch of data items:
 their captions are the prompts, their first latent frame(s) condition the rollouts of video families (0 or 1
-frames, drawn per item from `[ddrl] min/max_num_conditional_frames`), and the same items make the data term.
+frames, drawn per batch from `[ddrl] min/max_num_conditional_frames`), and the same items make the data term.
 The rollouts sample at `[data]`'s size. `[ddrl]` holds the algorithm's values; `[train]` defaults to cosmos-rl's
 optimizer (lr 1e-5, 50 warm-up steps then constant, weight decay 1e-4, Adam beta2 0.99).
 """

@@ -4,7 +4,7 @@ computes it (`cosmos_rl/policy/trainer/wfm_trainer.py`: `get_rollout_samples`, `
 
 The story of a rollout, on a batch of DATA items (`docs/diffusion-algorithms.md` has the math):
 1. rollout: the current policy samples K videos or images per item from its caption, the first 0 or 1 latent
-   frames given clean from the item itself (drawn per item), with the "2ab" sampler in EDM units
+   frames given clean from the item itself (drawn per batch), with the "2ab" sampler in EDM units
    (x = x0 + s * noise, s = sigma / (1 - sigma)) on the pipeline's own grid: at each step EDM churn raises the
    level to s^ = s (1 + eta) with fresh noise, then a 2nd-order Adams-Bashforth step (`ab2_step`) goes to the next
    level; a final call denoises at the last level. Per trained step the churned state x^_i, its level, the step's
@@ -110,14 +110,15 @@ class DDRLTrainer(DiffusionRLTrainer):
             ).float(), self.adapter.encode_prompts(batch["prompts"])
 
     def condition_frames(self, latents: torch.Tensor) -> torch.Tensor | None:
-        """`B x T` clean leading latent frames, their count drawn per item in [min, max] (video families)."""
+        """`B x T` clean leading latent frames, their count drawn once per batch in [min, max] (video families),
+        as cosmos-rl's trainer draws `num_conditional_frames` for a whole batch."""
         if not self.adapter.video:
             return None
         frames = latents.shape[2]
         low = min(self.ddrl.min_num_conditional_frames, frames - 1)
         high = min(self.ddrl.max_num_conditional_frames, frames - 1)
-        counts = torch.randint(low, high + 1, (latents.shape[0],))
-        return (torch.arange(frames)[None] < counts[:, None]).to(latents.device)
+        count = int(torch.randint(low, high + 1, ()))
+        return (torch.arange(frames) < count).expand(latents.shape[0], frames).to(latents.device)
 
     def x0_prediction(
         self, transformer, x: torch.Tensor, s: float, conditioning, clean: torch.Tensor, frames
