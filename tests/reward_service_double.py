@@ -57,6 +57,11 @@ class RewardServiceDouble:
     not_ready_polls: int = 0  # answer 400 "not ready" to this many pulls of each uuid
     fail_with_5xx: int = 0  # answer 503 to this many requests (of any kind) before working
     drop_score_key: bool = False  # answer scores under a wrong key
+    # As the reference service answers: a reward's own keys (reward -> {key: multiplier of the score}), a scoring
+    # failure as a 200 with "error" and null scores, and a replica id that pulls must name in their header.
+    reference_keys: dict[str, dict[str, float]] = field(default_factory=dict)
+    scoring_error: str | None = None
+    replica_id: str | None = None
     score_text: Callable[[str], float] = lowercase_fraction
     max_body_bytes: int = 64 << 20
     base_url: str = ""
@@ -116,7 +121,7 @@ class RewardServiceDouble:
             key = str(uuidlib.uuid4())
             self.enqueued.append({"header": header, "media": media})
             self.results[key] = self._score(header, media)
-            return {"uuid": key}
+            return {"uuid": key, **({"replica_id": self.replica_id} if self.replica_id else {})}
 
         @app.post(PULL_PATH)
         async def pull(request: Request):
@@ -133,13 +138,15 @@ class RewardServiceDouble:
             self.polls[key] = self.polls.get(key, 0) + 1
             if self.polls[key] <= self.not_ready_polls:
                 raise HTTPException(400, "not ready")
-            answer_key = f"not-{name}" if self.drop_score_key else name
-            return {
-                "scores": {answer_key: self.results[key]},
-                "input_info": {},
-                "duration": 0.0,
-                "type": name,
-            }
+            if self.replica_id and request.headers.get("x-lepton-replica-target") != self.replica_id:
+                raise HTTPException(400, f"Not found scores for {key}")  # another replica: never ready there
+            if self.scoring_error:
+                return {"error": self.scoring_error, "scores": None, "input_info": {}, "type": name}
+            if name in self.reference_keys:
+                scores = {k: [m * v for v in self.results[key]] for k, m in self.reference_keys[name].items()}
+            else:
+                scores = {f"not-{name}" if self.drop_score_key else name: self.results[key]}
+            return {"scores": scores, "input_info": {}, "duration": 0.0, "type": name}
 
         return app
 

@@ -334,9 +334,11 @@ def test_missing_required_builtin_parameter_raises():
         build_one("length")
 
 
-def test_remote_reward_takes_no_parameters():
-    with pytest.raises(RewardError, match="remote rewards take no parameters"):
+def test_remote_reward_takes_a_score_key_and_nothing_else():
+    with pytest.raises(RewardError, match="remote rewards take weight and score_key only, not scale"):
         build_one("remote:pickscore", scale=2)
+    with pytest.raises(RewardError, match="score_key must name a key of the service's answer"):
+        build_one("remote:dance_grpo", score_key="vq_reward+")
 
 
 # --- reward names -----------------------------------------------------------------------------------------

@@ -101,6 +101,7 @@ def test_media_rewards_are_registered_apart_from_text_rewards():
         "ocr",
         "pickscore",
         "hps",
+        "hpsv2",
         "aesthetic",
         "geneval_mini",
         "well_formed_shapes",

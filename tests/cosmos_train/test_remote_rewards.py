@@ -179,3 +179,47 @@ def test_remote_text_reward(service):
         "text",
         {"lower": 1.0},
     )
+
+
+def test_our_client_reads_a_service_that_answers_as_the_reference():
+    """Against a stand-in answering as cosmos-rl's reference service: the reward's own keys (read by `score_key`,
+    "a+b" summed), a scoring failure as a 200 with `error`, and a `replica_id` every pull must be routed to."""
+    keys = {
+        "ocr": {"ocr_reward": 1.0},
+        "dance_grpo": {"vq_reward": 1.0, "mq_reward": 2.0, "ta_reward": 3.0, "overall_reward": 6.0},
+    }
+    images = np.stack([np.full((4, 4, 3), 10), np.full((4, 4, 3), 30)]).astype(np.uint8)
+    prompts = ["a", "b"]
+    with serve(token=TOKEN, reference_keys=keys, replica_id="replica-7") as double:
+        client = client_for(double, poll_timeout=2.0)
+        assert client.score("ocr", prompts, images, score_key="ocr_reward") == [10.0, 30.0]
+        assert client.score("dance_grpo", prompts, images, score_key="vq_reward+mq_reward") == [30.0, 90.0]
+        assert client.score("dance_grpo", prompts, images, score_key="overall_reward") == [60.0, 180.0]
+        pulls = double.received(PULL_PATH)
+        assert pulls and all(r.headers.get("x-lepton-replica-target") == "replica-7" for r in pulls)
+        with pytest.raises(RemoteRewardError, match=r"no 'ocr' score \(it has: ocr_reward\)"):
+            client.score("ocr", prompts, images)
+        with pytest.raises(RemoteRewardError, match=r"no 'ta' score \(it has: vq_reward, mq_reward"):
+            client.score("dance_grpo", prompts, images, score_key="vq_reward+ta")
+        double.scoring_error = "prompt count 1 != batch size 2"
+        with pytest.raises(
+            RemoteRewardError, match="could not score the batch: prompt count 1 != batch size 2"
+        ):
+            client.score("ocr", prompts, images, score_key="ocr_reward")
+
+
+def test_videos_travel_channels_first_and_geneval_records_at_the_top_level(service):
+    """As the reference service reads them: uint8 B x C x T x H x W (named by `video_layout`) and
+    `geneval_tags` / `geneval_includes` beside our per-sample `metadata`."""
+    video = np.random.default_rng(0).integers(0, 256, (2, 3, 5, 6, 3), dtype=np.uint8)  # B x T x H x W x C
+    records = [
+        {"tag": "counting", "include": [{"class": "circle", "count": 2}]},
+        {"tag": "colors", "include": [{"class": "square", "count": 1, "color": "red"}]},
+    ]
+    client_for(service).score("mean", ["a", "b"], video, metadata=records)
+    sent = service.enqueued[-1]
+    np.testing.assert_array_equal(sent["media"], video.transpose(0, 4, 1, 2, 3))
+    assert sent["header"]["media_type"] == "video" and sent["header"]["video_layout"] == "BCTHW"
+    assert sent["header"]["geneval_tags"] == ["counting", "colors"]
+    assert sent["header"]["geneval_includes"] == [r["include"] for r in records]
+    assert sent["header"]["metadata"] == records

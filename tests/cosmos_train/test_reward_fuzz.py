@@ -122,7 +122,10 @@ def malformed_bodies(rng: np.random.Generator) -> list[tuple[str, bytes]]:
             line({**HEADER, "media_type": "latent"}) + npy(np.zeros((2, 4, 8, 8), np.float32)),
         ),
         ("text media type", line({**HEADER, "media_type": "text"}) + good_npy),
-        ("no media type", line({k: v for k, v in HEADER.items() if k != "media_type"}) + good_npy),
+        (  # without media_type (as cosmos-rl's world-model trainer sends), uint8 pixels are images or videos
+            "no media type, 3 axes",
+            line({k: v for k, v in HEADER.items() if k != "media_type"}) + npy(np.zeros((2, 8, 8), np.uint8)),
+        ),
         ("no prompts", line({k: v for k, v in HEADER.items() if k != "prompts"}) + good_npy),
         ("prompts not strings", line({**HEADER, "prompts": [1, 2]}) + good_npy),
         ("prompts a string", line({**HEADER, "prompts": "ab"}) + good_npy),
@@ -144,7 +147,8 @@ def malformed_bodies(rng: np.random.Generator) -> list[tuple[str, bytes]]:
         ("video sent as image", line(HEADER) + npy(np.zeros((2, 3, 8, 8, 3), np.uint8))),
         ("image sent as video", line({**HEADER, "media_type": "video"}) + good_npy),
     ]
-    for dtype in ("float32", "float16", "int64", "bool", "complex64", "uint16", "int8", "<U3"):
+    # float16/float32 images are pixels (cosmos-rl's remote_calculator sends them): accepted, so not here.
+    for dtype in ("float64", "int64", "bool", "complex64", "uint16", "int8", "<U3"):
         cases.append((f"dtype {dtype}", line(HEADER) + npy(np.zeros((2, 8, 8, 3), dtype=dtype))))
     for shape in [
         (2,),

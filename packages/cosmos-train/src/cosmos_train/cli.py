@@ -207,6 +207,22 @@ def reward_serve(
     max_queue: Annotated[int, typer.Option(help="Most batches waiting to be scored.")] = 64,
     result_ttl: Annotated[float, typer.Option(help="Seconds a scored result stays pullable.")] = 600.0,
     workers: Annotated[int, typer.Option(help="Scoring threads.")] = 1,
+    latent_vae: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FOLDER_OR_HUB_ID",
+            help="A diffusers VAE (or a pipeline folder with vae/) that decodes latents clients send, e.g. the "
+            "Wan2.1 VAE for cosmos-rl's video trainers. Without it, latent batches are refused.",
+            show_default=False,
+        ),
+    ] = None,
+    latent_vae_subfolder: Annotated[
+        str | None,
+        typer.Option(help="The VAE's subfolder of a hub id (e.g. vae).", show_default=False),
+    ] = None,
+    latent_device: Annotated[
+        str, typer.Option(help="Where the VAE decodes: auto (cuda when present), cpu, cuda:N.")
+    ] = "auto",
 ) -> None:
     """Serve image and video rewards over HTTP (the reward-service contract): JPEG compressibility,
     brightness, colour, OCR and CLIP scorers (PickScore, HPS, aesthetic) for diffusion RL trainers.
@@ -260,12 +276,23 @@ def reward_serve(
         result_ttl=result_ttl,
         workers=workers,
     )
+    decoder = None
+    if latent_vae is not None:
+        from .service.latents import LatentDecoder
+
+        try:
+            decoder = LatentDecoder.load(latent_vae, latent_vae_subfolder, latent_device)
+        except Exception as error:  # a missing folder, an offline hub id, not a VAE: one line
+            from .errors import first_line
+
+            _fail(f"--latent-vae {latent_vae}: {first_line(error)}")
     typer.echo(
         f"reward service on http://{host}:{port} (rewards: {', '.join(hosted)}; "
+        f"latents: {type(decoder.vae).__name__ if decoder else 'refused (no --latent-vae)'}; "
         f"auth: {'bearer token from ' + token_env if token else 'OFF (--no-auth)'})",
         err=True,
     )
-    run(settings, hosted, host, port)
+    run(settings, hosted, host, port, decoder)
 
 
 def _served_reward_specs(path: Path):

@@ -254,8 +254,24 @@ def check_reward(name: str, parameters: dict[str, Any] | None = None, *, media: 
     """Raise ValueError (one line) unless `name` is a built-in, `module:function` or `remote:<name>`, and
     a built-in's `parameters` are ones it takes. `media`: the rewards score images or videos, not text."""
     check_reward_name(name, media=media)
-    if name in (MEDIA_BUILTINS if media else BUILTINS) and parameters:
+    if name.startswith("remote:"):
+        remote_score_key(name, parameters or {})
+    elif name in (MEDIA_BUILTINS if media else BUILTINS) and parameters:
         _check_parameters(name, parameters)
+
+
+def remote_score_key(name: str, parameters: dict[str, Any]) -> str | None:
+    """A remote reward's `score_key` (the key of the service's answer to read; "a+b" sums two), its only
+    parameter besides the weight; None reads the key named as the reward. ValueError (one line) otherwise."""
+    unknown = sorted(set(parameters) - {"score_key"})
+    if unknown:
+        raise ValueError(f"{name}: remote rewards take weight and score_key only, not {', '.join(unknown)}")
+    key = parameters.get("score_key")
+    if key is not None and (not isinstance(key, str) or not all(part.strip() for part in key.split("+"))):
+        raise ValueError(
+            f"{name}: score_key must name a key of the service's answer (e.g. 'ocr_reward'), or 'a+b' for a sum"
+        )
+    return key
 
 
 def _check_parameters(name: str, parameters: dict[str, Any]) -> inspect.Signature:
@@ -326,12 +342,9 @@ def build_rewards(
     rewards: list[Callable] = []
     for spec in specs:
         if spec.name.startswith("remote:"):
-            if spec.parameters:
-                raise RewardError(f"[rewards] {spec.name}: remote rewards take no parameters besides weight")
-            if client is None:
-                client = RemoteRewardClient.from_env()
-                client.check_reachable()
-            function = RemoteTextReward(spec.name.removeprefix("remote:"), client)
+            score_key = _score_key(spec)
+            client = client or _reachable_client()
+            function = RemoteTextReward(spec.name.removeprefix("remote:"), client, score_key)
         elif ":" in spec.name:
             function = _import_reward(spec, search_path)
         else:
@@ -358,12 +371,9 @@ def build_media_rewards(
     rewards: list[MediaReward] = []
     for spec in specs:
         if spec.name.startswith("remote:"):
-            if spec.parameters:
-                raise RewardError(f"[rewards] {spec.name}: remote rewards take no parameters besides weight")
-            if client is None:
-                client = RemoteRewardClient.from_env()
-                client.check_reachable()
-            function: Callable = RemoteMediaReward(spec.name.removeprefix("remote:"), client)
+            score_key = _score_key(spec)
+            client = client or _reachable_client()
+            function: Callable = RemoteMediaReward(spec.name.removeprefix("remote:"), client, score_key)
         elif ":" in spec.name:
             function = _import_reward(spec, search_path)
         else:
@@ -381,6 +391,20 @@ def build_media_rewards(
             function = builtin.make(**spec.parameters)
         rewards.append(MediaReward(spec.name, spec.weight, function))
     return rewards
+
+
+def _reachable_client() -> RemoteRewardClient:
+    """The `REMOTE_REWARD_*` client, checked reachable, so a service that is down fails before any model loads."""
+    client = RemoteRewardClient.from_env()
+    client.check_reachable()
+    return client
+
+
+def _score_key(spec: RewardSpec) -> str | None:
+    try:
+        return remote_score_key(spec.name, spec.parameters)
+    except ValueError as error:
+        raise RewardError(f"[rewards] {error}") from None
 
 
 class MediaReward:

@@ -3,11 +3,15 @@
 The service's contract, as trainers in this field already speak it:
 - `POST {enqueue_url}`: one JSON line, a newline, then the media as `.npy` bytes; answers `{"uuid"}`.
 - `POST {fetch_url}` with form fields `uuid` and `type` (the reward name): HTTP 400 while the result is not
-  ready, then `{"scores": {name: [float, ...]}, ...}`.
+  ready, then `{"scores": {key: [float, ...], ...}, ...}`. The key read is the reward's name, or the `score_key`
+  a reward is configured with (`"a+b"`: the sum of two keys), as cosmos-rl's clients read the reference service.
+- Videos travel as the reference service lays them out (uint8 B x C x T x H x W, `video_layout` "BCTHW"); GenEval
+  records (`tag`, `include`) also as the reference's top-level `geneval_tags` / `geneval_includes`; a
+  `replica_id` in the enqueue answer routes the pull (`X-Lepton-Replica-Target`), as on multi-replica services.
 
 What this client promises: the bearer token from `REMOTE_REWARD_TOKEN`; a per-request timeout; connection
 failures, 5xx and 429 (queue full) answers retried a bounded number of times with exponential back-off; a 4xx (other than
-"not ready") or a missing score key fails at once with the service's reason; polling gives up after
+"not ready"), a scoring error (a 200 with `error`) or a missing score key fails at once with the service's reason; polling gives up after
 `poll_timeout` seconds. It never invents a score.
 
 To score a batch while the next rollout runs, `submit` it (the upload happens now, and a refusal fails now)
@@ -36,6 +40,7 @@ import numpy as np
 from ..errors import first_line
 
 ENV_PREFIXES = ("REMOTE_REWARD_", "WFM_REWARD_")  # the first wins; some cosmos-rl versions use WFM_REWARD_*
+REPLICA_HEADER = "X-Lepton-Replica-Target"  # routes a pull to the replica named by the enqueue's `replica_id`
 
 
 class RemoteRewardError(RuntimeError):
@@ -67,6 +72,8 @@ class PendingScores:
     uuid: str
     expected: int
     body: bytes = field(repr=False)
+    replica: str | None = None  # the replica that holds the result, when the service names one
+    score_key: str | None = None
 
 
 def _env(name: str) -> str | None:
@@ -108,8 +115,11 @@ class RemoteRewardClient:
             )
         return cls(enqueue_url=enqueue, fetch_url=fetch, token=_env("TOKEN"), **settings)
 
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+    def _headers(self, replica: str | None = None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        if replica:
+            headers[REPLICA_HEADER] = replica
+        return headers
 
     def check_reachable(self) -> None:
         """Fail fast when the service is down or refuses the token, before a run loads its model."""
@@ -140,14 +150,16 @@ class RemoteRewardClient:
 
     # --- the protocol -------------------------------------------------------------------------------
 
-    async def _post(self, client, url: str, **request: Any):
+    async def _post(self, client, url: str, replica: str | None = None, **request: Any):
         """POST with bounded retries on connection failures, 5xx and 429; any other answer is returned."""
         import httpx
 
         wait = self.backoff
         for attempt in range(self.retries + 1):
             try:
-                answer = await client.post(url, headers=self._headers(), timeout=self.timeout, **request)
+                answer = await client.post(
+                    url, headers=self._headers(replica), timeout=self.timeout, **request
+                )
                 if answer.status_code < 500 and answer.status_code != 429:  # 429: the queue is full for now
                     return answer
                 problem = f"HTTP {answer.status_code}: {_reason(answer)}"
@@ -164,6 +176,18 @@ class RemoteRewardClient:
     ) -> bytes:
         media_type = media_type or media_type_of(media)
         header = {"prompts": list(prompts), "reward_fn": {reward: 1.0}, "media_type": media_type, **fields}
+        if media_type == "video" and media.dtype == np.uint8:  # the reference service's layout
+            media = np.ascontiguousarray(media.transpose(0, 4, 1, 2, 3))
+            header["video_layout"] = "BCTHW"
+        records = fields.get("metadata")
+        if (
+            isinstance(records, list)
+            and records
+            and all(isinstance(r, dict) and "include" in r for r in records)
+        ):
+            header["geneval_includes"] = [r["include"] for r in records]  # the reference reads GenEval here
+            if all("tag" in r for r in records):
+                header["geneval_tags"] = [r["tag"] for r in records]
         return encode_request(header, media)
 
     async def aenqueue(
@@ -171,9 +195,10 @@ class RemoteRewardClient:
     ) -> str:
         """Send one batch to be scored by `reward`; returns the uuid to pull. `media_type` defaults to what
         `media` is (`media_type_of`); `fields` go in the JSON header (`video_infos`, `metadata`, ...)."""
-        return await self._enqueue_body(reward, self._body(reward, prompts, media, media_type, fields))
+        return (await self._enqueue_body(reward, self._body(reward, prompts, media, media_type, fields)))[0]
 
-    async def _enqueue_body(self, reward: str, body: bytes) -> str:
+    async def _enqueue_body(self, reward: str, body: bytes) -> tuple[str, str | None]:
+        """The uuid, and the replica that will hold the result when the service names one."""
         import httpx
 
         async with httpx.AsyncClient(verify=_ssl_context()) as client:
@@ -182,23 +207,34 @@ class RemoteRewardClient:
             raise RemoteRewardError(
                 f"reward '{reward}': enqueue refused (HTTP {answer.status_code}: {_reason(answer)})"
             )
-        uuid = _json(answer, reward).get("uuid")
+        enqueued = _json(answer, reward)
+        uuid, replica = enqueued.get("uuid"), enqueued.get("replica_id")
         if not isinstance(uuid, str):
             raise RemoteRewardError(
                 f"reward '{reward}': enqueue answered without a uuid: {answer.text[:200]}"
             )
-        return uuid
+        return uuid, str(replica) if replica is not None else None
 
-    async def apull(self, reward: str, uuid: str, expected: int) -> list[float]:
-        """Poll for `uuid`'s scores under `reward` until ready or `poll_timeout`."""
+    async def apull(
+        self,
+        reward: str,
+        uuid: str,
+        expected: int,
+        score_key: str | None = None,
+        replica: str | None = None,
+    ) -> list[float]:
+        """Poll for `uuid`'s scores under `reward` until ready or `poll_timeout`; read `score_key` (default: the
+        reward's name; "a+b" sums two keys) from the replica that holds them."""
         import httpx
 
         deadline, wait = time.monotonic() + self.poll_timeout, self.backoff
         async with httpx.AsyncClient(verify=_ssl_context()) as client:
             while True:
-                answer = await self._post(client, self.fetch_url, data={"uuid": uuid, "type": reward})
+                answer = await self._post(
+                    client, self.fetch_url, replica, data={"uuid": uuid, "type": reward}
+                )
                 if answer.status_code == 200:
-                    return _scores(_json(answer, reward), reward, expected)
+                    return _scores(_json(answer, reward), reward, expected, score_key)
                 if answer.status_code == 404:
                     raise ResultLost(
                         f"reward '{reward}': the service does not know {uuid} (HTTP 404: {_reason(answer)}); "
@@ -217,21 +253,30 @@ class RemoteRewardClient:
                 wait = min(wait * 2, self.max_backoff)
 
     async def asubmit(
-        self, reward: str, prompts: list[str], media: np.ndarray, media_type: str | None = None, **fields: Any
+        self,
+        reward: str,
+        prompts: list[str],
+        media: np.ndarray,
+        media_type: str | None = None,
+        score_key: str | None = None,
+        **fields: Any,
     ) -> PendingScores:
-        """Enqueue one batch now; `afetch` its scores later."""
+        """Enqueue one batch now; `afetch` its scores (under `score_key`, default the reward's name) later."""
         body = self._body(reward, prompts, media, media_type, fields)
-        return PendingScores(reward, await self._enqueue_body(reward, body), len(prompts), body)
+        uuid, replica = await self._enqueue_body(reward, body)
+        return PendingScores(reward, uuid, len(prompts), body, replica, score_key)
 
     async def afetch(self, pending: PendingScores) -> list[float]:
         """Poll for a submitted batch; re-enqueue it (up to `resubmits` times) when the service lost it."""
         for attempt in range(self.resubmits + 1):
             try:
-                return await self.apull(pending.reward, pending.uuid, pending.expected)
+                return await self.apull(
+                    pending.reward, pending.uuid, pending.expected, pending.score_key, pending.replica
+                )
             except ResultLost as lost:
                 if attempt == self.resubmits:
                     raise RemoteRewardError(f"{lost} (re-enqueued {self.resubmits} times)") from None
-                pending.uuid = await self._enqueue_body(pending.reward, pending.body)
+                pending.uuid, pending.replica = await self._enqueue_body(pending.reward, pending.body)
         raise AssertionError("unreachable")
 
     async def ascore(
@@ -244,8 +289,8 @@ class RemoteRewardClient:
     ) -> str:
         return asyncio.run(self.aenqueue(reward, prompts, media, media_type, **fields))
 
-    def pull(self, reward: str, uuid: str, expected: int) -> list[float]:
-        return asyncio.run(self.apull(reward, uuid, expected))
+    def pull(self, reward: str, uuid: str, expected: int, score_key: str | None = None) -> list[float]:
+        return asyncio.run(self.apull(reward, uuid, expected, score_key))
 
     def submit(
         self, reward: str, prompts: list[str], media: np.ndarray, media_type: str | None = None, **fields: Any
@@ -289,30 +334,43 @@ def _json(answer, reward: str) -> dict[str, Any]:
     return body
 
 
-def _scores(body: dict[str, Any], reward: str, expected: int) -> list[float]:
-    scores = body.get("scores")
-    if not isinstance(scores, dict) or reward not in scores:
+def _scores(body: dict[str, Any], reward: str, expected: int, score_key: str | None = None) -> list[float]:
+    """The values under `score_key` (default `reward`), or the sum of the keys of "a+b", as cosmos-rl's clients
+    read them; a scoring error, a missing key or a wrong count fails with the service's reason."""
+    if body.get("error"):
+        raise RemoteRewardError(f"reward '{reward}': the service could not score the batch: {body['error']}")
+    scores, key = body.get("scores"), score_key or reward
+    names = [key] if isinstance(scores, dict) and key in scores else key.split("+")
+    missing = [name for name in names if not isinstance(scores, dict) or name not in scores]
+    if missing:
         keys = ", ".join(scores) if isinstance(scores, dict) else "none"
         raise RemoteRewardError(
-            f"reward '{reward}': the service's result has no '{reward}' score (it has: {keys})"
+            f"reward '{reward}': the service's result has no '{missing[0]}' score (it has: {keys})"
         )
-    values = scores[reward]
-    if not isinstance(values, list) or len(values) != expected:
-        got = len(values) if isinstance(values, list) else type(values).__name__
-        raise RemoteRewardError(f"reward '{reward}': expected {expected} scores, the service returned {got}")
-    try:
-        return [float(value) for value in values]
-    except (TypeError, ValueError):
-        raise RemoteRewardError(f"reward '{reward}': non-numeric scores {values[:4]!r}") from None
+    total = np.zeros(expected)
+    for name in names:
+        values = scores[name]
+        if not isinstance(values, list) or len(values) != expected:
+            got = len(values) if isinstance(values, list) else type(values).__name__
+            raise RemoteRewardError(
+                f"reward '{reward}': expected {expected} '{name}' scores, the service returned {got}"
+            )
+        try:
+            total += np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise RemoteRewardError(
+                f"reward '{reward}': non-numeric '{name}' scores {values[:4]!r}"
+            ) from None
+    return total.tolist()
 
 
 class RemoteTextReward:
     """An async GRPO reward scored by the service: completions go in the JSON header (`media_type = "text"`),
     with the JSON-serialisable dataset columns as `metadata`."""
 
-    def __init__(self, name: str, client: RemoteRewardClient):
+    def __init__(self, name: str, client: RemoteRewardClient, score_key: str | None = None):
         self.__name__ = f"remote:{name}"
-        self.name, self.client = name, client
+        self.name, self.client, self.score_key = name, client, score_key
 
     async def __call__(self, prompts, completions, **columns: Any) -> list[float]:
         from .text import completion_text
@@ -323,6 +381,7 @@ class RemoteTextReward:
             [completion_text(p) if not isinstance(p, str) else p for p in prompts],
             np.zeros((0,), dtype=np.uint8),
             "text",
+            score_key=self.score_key,
             completions=[completion_text(c) for c in completions],
             metadata=metadata,
         )
@@ -332,15 +391,15 @@ class RemoteMediaReward:
     """An image/video reward scored by the service (`build_media_rewards`' `remote:<name>`):
     `reward(media, prompts, metadata)`, the media type from the array, per-sample metadata in the header."""
 
-    def __init__(self, name: str, client: RemoteRewardClient):
+    def __init__(self, name: str, client: RemoteRewardClient, score_key: str | None = None):
         self.__name__ = f"remote:{name}"
-        self.name, self.client = name, client
+        self.name, self.client, self.score_key = name, client, score_key
 
     def __call__(
         self, media: np.ndarray, prompts: list[str], metadata: list[dict] | None = None
     ) -> list[float]:
         fields = {"metadata": list(metadata)} if metadata else {}
-        return self.client.score(self.name, list(prompts), media, **fields)
+        return self.client.score(self.name, list(prompts), media, score_key=self.score_key, **fields)
 
 
 def _is_json(value: Any) -> bool:

@@ -108,9 +108,12 @@ def pickscore(
     device: str = "cpu",
     batch_size: int = 16,
 ) -> list[float]:
-    """PickScore: logit_scale.exp() times the cosine similarity of the image and its prompt."""
+    """PickScore: logit_scale.exp() times the cosine similarity of the image and its prompt, over 26.
+
+    The division by 26 is flow_grpo's (`pickscore_scorer.py`) and the cosmos-rl reward service's: it brings scores
+    near [0, 1], inside the [-5, 5] that cosmos-rl's clients clip rewards to."""
     cosine, scale = clip_similarity(media, list(prompts), model, processor, device, batch_size)
-    return (scale * cosine).tolist()
+    return (scale * cosine / 26).tolist()
 
 
 @per_clip
@@ -205,7 +208,7 @@ def preload(name: str, **parameters) -> None:
     bound = inspect.signature(SCORERS[name]).bind_partial(**parameters)
     bound.apply_defaults()
     arguments = bound.arguments
-    if name == "hps" and not arguments["model"]:
+    if SCORERS[name] is hps and not arguments["model"]:
         raise ValueError(
             "hps needs model = a folder or hub id of HPS v2 weights in transformers' CLIP format"
         )
@@ -216,4 +219,5 @@ def preload(name: str, **parameters) -> None:
     load_clip(arguments["model"], arguments["processor"] or None, arguments["device"])
 
 
-SCORERS = {"pickscore": pickscore, "hps": hps, "aesthetic": aesthetic}
+# `hpsv2` is the reference service's name for HPS v2 (the same model as `hps`).
+SCORERS = {"pickscore": pickscore, "hps": hps, "hpsv2": hps, "aesthetic": aesthetic}

@@ -1,11 +1,13 @@
 """The reward service: the contract of `docs/reward-service.md` on FastAPI, served by uvicorn.
 
-- `POST /api/reward/enqueue`: one JSON line (`prompts`, `reward_fn`, `media_type`, optional `video_infos`,
-  `metadata`), a newline, then `.npy` bytes (read with `allow_pickle=False` after the header is checked against
-  the body's length); answers `{"uuid"}` at once and scores the batch on a worker thread.
+- `POST /api/reward/enqueue`: one JSON line (`prompts`, `reward_fn`, optional `media_type`, `video_infos`,
+  `metadata`, `geneval_tags` / `geneval_includes`, `video_layout`), a newline, then `.npy` bytes (read with
+  `allow_pickle=False` after the header is checked against the body's length); answers `{"uuid"}` at once and
+  scores the batch on a worker thread. What cosmos-rl's clients send is accepted as they send it (`_as_media`).
 - `POST /api/reward/pull`: form fields or JSON `uuid` and `type`; HTTP 400 while not ready, then
-  `{"scores": {type: [...]}, "input_info", "duration", "type"}`. A result can be pulled again until it expires.
-- `GET /health`: the only route without the bearer token.
+  `{"scores": {type: [...], <the reference's keys>: [...]}, "input_info", "duration", "type"}`, or a 200 with
+  `"error"` and `"scores": null` when scoring failed. A result can be pulled again until it expires.
+- `GET /health` and `GET|POST /api/reward/ping`: the only routes without the bearer token.
 
 Every bound (body bytes, JSON line bytes, batch size, queue length) answers a 4xx that names it and its value.
 Each request is logged as one JSON line (method, path, status, duration, uuid; never a header).
@@ -36,9 +38,15 @@ from fastapi.responses import JSONResponse
 
 from ..errors import first_line
 from ..rewards import RewardError
+from .latents import LatentDecoder
 
-ENQUEUE_PATH, PULL_PATH, HEALTH_PATH = "/api/reward/enqueue", "/api/reward/pull", "/health"
+ENQUEUE_PATH, PULL_PATH, PING_PATH = "/api/reward/enqueue", "/api/reward/pull", "/api/reward/ping"
+HEALTH_PATH = "/health"
 MEDIA_TYPES = ("image", "video", "latent")
+CHANNELS = (1, 3, 4)
+VIDEO_LAYOUTS = ("BTHWC", "BCTHW")  # ours (channels last), the reference service's (channels first)
+# The reference service's score keys, answered beside the reward's own name (its clients read these).
+REFERENCE_SCORE_KEYS = {"ocr": ("ocr_reward",)}
 MAX_PULL_BYTES = 64 << 10
 LOG = logging.getLogger("cosmos_train.service")
 
@@ -74,6 +82,7 @@ class Batch:
     media: np.ndarray
     metadata: list[dict] | None
     input_info: dict[str, Any]
+    latent: bool = False  # media are latents, decoded by the service's VAE before scoring
 
 
 def _refuse(status: int, message: str) -> HTTPException:
@@ -112,33 +121,88 @@ def read_npy(data: bytes) -> np.ndarray:
         raise _refuse(400, f"the media is not a valid .npy stream: {first_line(error)}") from None
 
 
-def _check_media(media: np.ndarray, media_type: str) -> None:
-    if media_type == "latent":
-        if media.dtype != np.float16 or media.ndim < 1:
+def _as_media(
+    media: np.ndarray, media_type: str | None, header: dict[str, Any]
+) -> tuple[np.ndarray, str, str]:
+    """The batch as the rewards take it: `(array, kind, layout)` with `kind` "image" (uint8 B x H x W x C),
+    "video" (uint8 B x T x H x W x C) or "latent" (float32, decoded later by the service's VAE).
+
+    What cosmos-rl's clients send is accepted as they send it: float latents with `media_type` "latent", none, or
+    (its newer client) "video"; bfloat16 latents as their uint8 bytes with "latent"; float16 image pixels in
+    [0, 255] (truncated to uint8 as the reference service does); videos channels first (B x C x T x H x W, the
+    reference's layout) or last (ours), told apart by `video_layout` or, without it, by shape: channels last when
+    the last axis is 1, 3 or 4 wide (read channels first, that would be a video 4 pixels wide)."""
+    if media_type == "latent" and media.dtype == np.uint8:
+        if media.shape[-1] % 2:
             raise _refuse(
-                422, f"latent media must be float16 with a batch axis, got {media.dtype} {media.shape}"
+                422, f"uint8 latents are bfloat16 bytes: the last axis must be even, got {media.shape}"
             )
-        return
-    ndim = 4 if media_type == "image" else 5
-    layout = "B x H x W x C" if media_type == "image" else "B x T x H x W x C"
+        bits = np.ascontiguousarray(media).view("<u2").astype(np.uint32) << 16
+        return bits.view(np.float32), "latent", "bfloat16 bytes"
+    floats = media.dtype in (np.float16, np.float32)
+    if floats and media_type != "image":
+        return media.astype(np.float32), "latent", str(media.dtype)
+    if floats:  # cosmos-rl's remote_calculator sends image pixels as float16
+        media = np.clip(np.nan_to_num(media), 0, 255).astype(np.uint8)
     if media.dtype != np.uint8:
-        raise _refuse(422, f"{media_type} media must be uint8, got {media.dtype}")
-    if media.ndim != ndim or media.shape[-1] not in (1, 3, 4) or 0 in media.shape:
-        raise _refuse(422, f"{media_type} media must be {layout} with C = 1, 3 or 4, got {media.shape}")
+        raise _refuse(422, f"media must be uint8 pixels or float16/float32 latents, got {media.dtype}")
+    kind = media_type or {4: "image", 5: "video"}.get(media.ndim)
+    ndim = {"image": 4, "video": 5}.get(kind)
+    if media.ndim != ndim:
+        layouts = "B x H x W x C" if kind == "image" else "B x C x T x H x W or B x T x H x W x C"
+        raise _refuse(422, f"{kind or 'uint8'} media must be {layouts}, got {media.shape}")
+    last = media.shape[-1] in CHANNELS
+    if kind == "video":
+        layout = header.get("video_layout") or ("BTHWC" if last else "BCTHW")
+        if layout not in VIDEO_LAYOUTS:
+            raise _refuse(422, f"'video_layout' must be one of {', '.join(VIDEO_LAYOUTS)}, got {layout!r}")
+        media = media.transpose(0, 2, 3, 4, 1) if layout == "BCTHW" else media
+    else:
+        layout = "BHWC" if last else "BCHW"
+        media = media.transpose(0, 2, 3, 1) if layout == "BCHW" else media
+    if media.shape[-1] not in CHANNELS or 0 in media.shape:
+        raise _refuse(
+            422,
+            f"{kind} media read as {layout} has {media.shape[-1]} channels (1, 3 or 4), shape {media.shape}",
+        )
+    return np.ascontiguousarray(media), kind, layout
+
+
+def _scored_rewards(reward_fn: Any, hosted: dict[str, Any]) -> list[str]:
+    """The rewards to score: those of `reward_fn` with weight > 0 (the reference scores no other), all hosted."""
+    if not isinstance(reward_fn, dict) or not reward_fn:
+        raise _refuse(422, "'reward_fn' must be an object of reward name -> weight")
+    for name, weight in reward_fn.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise _refuse(422, f"'reward_fn' weights must be numbers: {name!r} has {weight!r}")
+    named = [name for name, weight in reward_fn.items() if weight > 0]
+    if not named:
+        raise _refuse(422, "every reward in 'reward_fn' has weight <= 0: nothing to score")
+    unknown = [name for name in named if name not in hosted]
+    if unknown:
+        raise _refuse(
+            422, f"unknown reward {unknown[0]!r}; this service hosts: {', '.join(hosted) or 'none'}"
+        )
+    return named
+
+
+def _per_sample_list(header: dict[str, Any], key: str, size: int) -> list | None:
+    values = header.get(key)
+    if values is not None and (not isinstance(values, list) or len(values) != size):
+        raise _refuse(422, f"'{key}' must be a list of {size} entries (one per sample)")
+    return values
 
 
 def _per_sample_metadata(header: dict[str, Any], size: int) -> list[dict] | None:
-    """`metadata` as one dict per sample: a list of dicts, or a dict of per-sample columns. Without it, dict
-    `video_infos` carry the per-sample metadata (as the reference service passes GenEval tags)."""
+    """One dict per sample: `metadata` (a list of dicts, or a dict of per-sample columns), with GenEval's
+    top-level `geneval_tags` / `geneval_includes` (cosmos-rl's clients) as each sample's `tag` / `include`.
+    Without either, dict `video_infos` carry the per-sample metadata (as the reference service passes them)."""
     metadata = header.get("metadata")
-    if metadata is None:
-        infos = header.get("video_infos")
-        return infos if infos and all(isinstance(i, dict) for i in infos) else None
     if isinstance(metadata, dict):
         if not all(isinstance(v, list) and len(v) == size for v in metadata.values()):
             raise _refuse(422, f"'metadata' as a table needs one list of {size} values per key")
-        return [{key: values[i] for key, values in metadata.items()} for i in range(size)]
-    if (
+        metadata = [{key: values[i] for key, values in metadata.items()} for i in range(size)]
+    elif metadata is not None and (
         not isinstance(metadata, list)
         or len(metadata) != size
         or not all(isinstance(m, dict) for m in metadata)
@@ -146,10 +210,29 @@ def _per_sample_metadata(header: dict[str, Any], size: int) -> list[dict] | None
         raise _refuse(
             422, f"'metadata' must be a list of {size} objects (one per sample) or a table of lists"
         )
+    tags = _per_sample_list(header, "geneval_tags", size)
+    includes = _per_sample_list(header, "geneval_includes", size)
+    if tags is not None or includes is not None:
+        if includes is None or not all(
+            isinstance(i, list) and all(isinstance(o, dict) for o in i) for i in includes
+        ):
+            raise _refuse(
+                422, "'geneval_includes' must be one list of {class, count, ...} objects per sample"
+            )
+        geneval = [
+            {"include": include, **({"tag": tags[i]} if tags is not None else {})}
+            for i, include in enumerate(includes)
+        ]
+        metadata = [{**record, **own} for record, own in zip(geneval, metadata or [{}] * size, strict=True)]
+    if metadata is None:
+        infos = header.get("video_infos")
+        return infos if infos and all(isinstance(i, dict) for i in infos) else None
     return metadata
 
 
-def parse_enqueue(body: bytes, settings: ServiceSettings, hosted: dict[str, Any]) -> Batch:
+def parse_enqueue(
+    body: bytes, settings: ServiceSettings, hosted: dict[str, Any], decoder: LatentDecoder | None = None
+) -> Batch:
     """The enqueue body as a checked batch, or an HTTPException (4xx) naming what is wrong."""
     end = body.find(b"\n", 0, settings.max_header_bytes + 1)
     if end < 0:
@@ -165,17 +248,11 @@ def parse_enqueue(body: bytes, settings: ServiceSettings, hosted: dict[str, Any]
         raise _refuse(400, f"the first line is not JSON: {first_line(error)}") from None
     if not isinstance(header, dict):
         raise _refuse(422, "the JSON line must be an object with prompts, reward_fn and media_type")
-    prompts, reward_fn, media_type = header.get("prompts"), header.get("reward_fn"), header.get("media_type")
+    prompts, media_type = header.get("prompts"), header.get("media_type")
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise _refuse(422, "'prompts' must be a list of strings")
-    if not isinstance(reward_fn, dict) or not reward_fn:
-        raise _refuse(422, "'reward_fn' must be an object of reward name -> weight")
-    unknown = [name for name in reward_fn if name not in hosted]
-    if unknown:
-        raise _refuse(
-            422, f"unknown reward {unknown[0]!r}; this service hosts: {', '.join(hosted) or 'none'}"
-        )
-    if media_type not in MEDIA_TYPES:
+    rewards = _scored_rewards(header.get("reward_fn"), hosted)
+    if media_type is not None and media_type not in MEDIA_TYPES:
         raise _refuse(422, f"'media_type' must be one of {', '.join(MEDIA_TYPES)}, got {media_type!r}")
     media = read_npy(body[end + 1 :])
     if media.ndim == 0:
@@ -183,19 +260,62 @@ def parse_enqueue(body: bytes, settings: ServiceSettings, hosted: dict[str, Any]
     size = media.shape[0]
     if size > settings.max_batch:
         raise _refuse(413, f"a batch of {size} exceeds max_batch = {settings.max_batch}")
-    _check_media(media, media_type)
-    if media_type == "latent":
-        raise _refuse(422, "the hosted rewards score pixels; decode latents and send image or video uint8")
+    info = {"shape": list(media.shape), "dtype": str(media.dtype)}
+    media, kind, layout = _as_media(media, media_type, header)
+    if kind == "latent":
+        if decoder is None:
+            raise _refuse(
+                422, "latent media needs a VAE: this service was started without --latent-vae (send pixels)"
+            )
+        try:
+            decoder.check(media.shape)
+        except ValueError as error:
+            raise _refuse(422, str(error)) from None
     if len(prompts) != size:
         raise _refuse(422, f"{len(prompts)} prompts for a batch of {size}")
-    infos = header.get("video_infos")
-    if infos is not None and (not isinstance(infos, list) or len(infos) != size):
-        raise _refuse(422, f"'video_infos' must be a list of {size} objects")
-    info = {"shape": list(media.shape), "dtype": str(media.dtype), "media_type": media_type}
-    return Batch(prompts, list(reward_fn), media, _per_sample_metadata(header, size), info)
+    _per_sample_list(header, "video_infos", size)
+    info.update(media_type=kind, layout=layout)
+    return Batch(prompts, rewards, media, _per_sample_metadata(header, size), info, latent=kind == "latent")
 
 
 # --- the queue ----------------------------------------------------------------------------------------
+
+
+def answer(reward: str, result: BatchResult) -> dict[str, Any]:
+    """A scored result as the pull answers it: the reward's scores under its name and the reference service's
+    keys for it, or (a 200, as the reference answers it) the scoring error with `scores` null."""
+    body: dict[str, Any] = {
+        "scores": None,
+        "input_info": result.input_info,
+        "duration": round(result.duration, 6),
+        "type": reward,
+    }
+    if result.error is not None:
+        body["error"] = result.error
+    else:
+        values = result.scores[reward]
+        body["scores"] = {reward: values, **dict.fromkeys(REFERENCE_SCORE_KEYS.get(reward, ()), values)}
+    return body
+
+
+def score_batch(
+    batch: Batch, rewards: dict[str, MediaRewardFunction], decoder: LatentDecoder | None
+) -> tuple[dict[str, list[float]] | None, str | None]:
+    """`(scores, None)` for each of the batch's rewards, or `(None, error)`: one line naming what failed."""
+    scores, name = {}, ""
+    try:
+        media = batch.media
+        if batch.latent:
+            name = "latent decoding"
+            media = decoder.decode(media)
+        for name in batch.rewards:
+            scores[name] = rewards[name](media, batch.prompts, batch.metadata)
+    except RewardError as failure:  # MediaReward's one line, naming the reward
+        return None, first_line(failure)
+    except Exception as failure:  # a bare function or the VAE: name it here
+        what = name if name == "latent decoding" else f"reward '{name}'"
+        return None, f"{what} raised {type(failure).__name__}: {first_line(failure)}"
+    return scores, None
 
 
 @dataclass
@@ -204,6 +324,7 @@ class RewardQueue:
 
     rewards: dict[str, MediaRewardFunction]
     settings: ServiceSettings
+    decoder: LatentDecoder | None = None
     results: dict[str, BatchResult] = field(default_factory=dict)
     pending: int = 0
     _expiry: collections.deque = field(default_factory=collections.deque)  # (time, uuid), in time order
@@ -227,17 +348,11 @@ class RewardQueue:
         return key
 
     def _score(self, key: str, batch: Batch) -> None:
-        start, scores, error, name = time.perf_counter(), {}, None, ""
-        try:
-            for name in batch.rewards:
-                scores[name] = self.rewards[name](batch.media, batch.prompts, batch.metadata)
-        except RewardError as failure:  # MediaReward's one line, naming the reward
-            error = first_line(failure)
-        except Exception as failure:  # a bare function: name it here
-            error = f"reward '{name}' raised {type(failure).__name__}: {first_line(failure)}"
+        start = time.perf_counter()
+        scores, error = score_batch(batch, self.rewards, self.decoder)
         with self._lock:
             result = self.results[key]
-            result.scores, result.error = (None, error) if error else (scores, None)
+            result.scores, result.error = scores, error
             result.duration = time.perf_counter() - start
             self.pending -= 1
             self._expiry.append((time.monotonic() + self.settings.result_ttl, key))
@@ -258,16 +373,9 @@ class RewardQueue:
                 )
             if reward not in result.rewards:
                 raise _refuse(422, f"{key} was enqueued for {', '.join(result.rewards)}, not {reward!r}")
-            if result.error is not None:
-                raise _refuse(422, f"scoring failed: {result.error}")
-            if result.scores is None:
+            if result.scores is None and result.error is None:
                 raise _refuse(400, "not ready")
-            return {
-                "scores": {reward: result.scores[reward]},
-                "input_info": result.input_info,
-                "duration": round(result.duration, 6),
-                "type": reward,
-            }
+            return answer(reward, result)
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -296,9 +404,12 @@ async def _read_body(request: Request, limit: int, bound: str) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction]) -> FastAPI:
-    """The service's FastAPI app, hosting `rewards` (name -> `f(media, prompts, metadata) -> list[float]`)."""
-    queue = RewardQueue(dict(rewards), settings)
+def create_app(
+    settings: ServiceSettings, rewards: dict[str, MediaRewardFunction], decoder: LatentDecoder | None = None
+) -> FastAPI:
+    """The service's FastAPI app, hosting `rewards` (name -> `f(media, prompts, metadata) -> list[float]`);
+    latents are decoded by `decoder` (refused without one)."""
+    queue = RewardQueue(dict(rewards), settings, decoder)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -318,7 +429,9 @@ def create_app(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction
     @app.middleware("http")
     async def guard_and_log(request: Request, call_next):
         start = time.perf_counter()
-        open_route = request.method == "GET" and request.url.path == HEALTH_PATH
+        open_route = request.url.path == PING_PATH or (
+            request.method == "GET" and request.url.path == HEALTH_PATH
+        )
         if (
             settings.token is not None
             and not open_route
@@ -352,10 +465,14 @@ def create_app(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction
     async def health():
         return {"status": "ok"}
 
+    @app.api_route(PING_PATH, methods=["GET", "POST"])
+    async def ping():  # the reference's liveness route (its clients POST an `info_data` form, never read here)
+        return {"message": "Ping request received"}
+
     @app.post(ENQUEUE_PATH)
     async def enqueue(request: Request):
         body = await _read_body(request, settings.max_body_bytes, "max_body_bytes")
-        batch = await run_in_threadpool(parse_enqueue, body, settings, queue.rewards)
+        batch = await run_in_threadpool(parse_enqueue, body, settings, queue.rewards, decoder)
         request.state.uuid = queue.submit(batch)
         return {"uuid": request.state.uuid}
 
@@ -385,7 +502,13 @@ def create_app(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction
     return app
 
 
-def run(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction], host: str, port: int) -> None:
+def run(
+    settings: ServiceSettings,
+    rewards: dict[str, MediaRewardFunction],
+    host: str,
+    port: int,
+    decoder: LatentDecoder | None = None,
+) -> None:
     """Serve until interrupted; request logs go to stderr as JSON lines."""
     import uvicorn
 
@@ -394,11 +517,18 @@ def run(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction], host
     LOG.handlers[:] = [handler]
     LOG.setLevel(logging.INFO)
     LOG.propagate = False
-    uvicorn.run(create_app(settings, rewards), host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(
+        create_app(settings, rewards, decoder), host=host, port=port, log_level="warning", access_log=False
+    )
 
 
 @contextlib.contextmanager
-def serving(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction], host: str = "127.0.0.1"):
+def serving(
+    settings: ServiceSettings,
+    rewards: dict[str, MediaRewardFunction],
+    host: str = "127.0.0.1",
+    decoder: LatentDecoder | None = None,
+):
     """Run the service with uvicorn on a free port of `host` in a background thread; yields its base URL.
     For tests and for hosting rewards inside another process."""
     import socket
@@ -410,7 +540,7 @@ def serving(settings: ServiceSettings, rewards: dict[str, MediaRewardFunction], 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind((host, 0))
     server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, rewards), log_level="warning", access_log=False)
+        uvicorn.Config(create_app(settings, rewards, decoder), log_level="warning", access_log=False)
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
