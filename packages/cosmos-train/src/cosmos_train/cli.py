@@ -223,6 +223,24 @@ def reward_serve(
     latent_device: Annotated[
         str, typer.Option(help="Where the VAE decodes: auto (cuda when present), cpu, cuda:N.")
     ] = "auto",
+    store: Annotated[
+        str,
+        typer.Option(
+            metavar="memory|redis://HOST:PORT/DB",
+            help="Where the queue and results live: this process's memory, or a Redis that several replicas "
+            "share (any replica answers any pull; needs pip install 'cosmos-train[redis]').",
+        ),
+    ] = "memory",
+    lease_seconds: Annotated[
+        float,
+        typer.Option(help="Redis store: seconds without a heartbeat before a replica's job is taken over."),
+    ] = 10.0,
+    replica_id: Annotated[
+        str | None,
+        typer.Option(
+            help="Redis store: this replica's name (default: host, pid, random).", show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Serve image and video rewards over HTTP (the reward-service contract): JPEG compressibility,
     brightness, colour, OCR and CLIP scorers (PickScore, HPS, aesthetic) for diffusion RL trainers.
@@ -275,7 +293,19 @@ def reward_serve(
         max_queue=max_queue,
         result_ttl=result_ttl,
         workers=workers,
+        store=store,
+        lease=lease_seconds,
+        replica=replica_id,
     )
+    if store != "memory":
+        if not store.startswith(("redis://", "rediss://", "unix://")):
+            _fail(f"--store must be memory or redis://host:port/db, got {store!r}")
+        try:
+            import redis  # noqa: F401
+        except ModuleNotFoundError:
+            _fail("--store redis://... needs the Redis client: pip install 'cosmos-train[redis]'")
+        if lease_seconds <= 0:
+            _fail(f"--lease-seconds must be > 0, got {lease_seconds}")
     decoder = None
     if latent_vae is not None:
         from .service.latents import LatentDecoder
@@ -292,7 +322,10 @@ def reward_serve(
         f"auth: {'bearer token from ' + token_env if token else 'OFF (--no-auth)'})",
         err=True,
     )
-    run(settings, hosted, host, port, decoder)
+    try:
+        run(settings, hosted, host, port, decoder)
+    except ConnectionError as error:  # the Redis store is not reachable
+        _fail(error)
 
 
 def _served_reward_specs(path: Path):

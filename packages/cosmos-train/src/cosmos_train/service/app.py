@@ -9,7 +9,9 @@
   `"error"` and `"scores": null` when scoring failed. A result can be pulled again until it expires.
 - `GET /health` and `GET|POST /api/reward/ping`: the only routes without the bearer token.
 
-Every bound (body bytes, JSON line bytes, batch size, queue length) answers a 4xx that names it and its value.
+The queue and results live in this process (`RewardQueue`), or on Redis for several replicas (`--store redis://`,
+`redis_queue.RedisRewardQueue`). Every bound (body bytes, JSON line bytes, batch size, queue length) answers a 4xx
+that names it and its value.
 Each request is logged as one JSON line (method, path, status, duration, uuid; never a header).
 """
 
@@ -62,6 +64,9 @@ class ServiceSettings:
     max_queue: int = 64  # batches enqueued and not scored yet
     result_ttl: float = 600.0  # seconds a scored result stays pullable
     workers: int = 1  # scoring threads
+    store: str = "memory"  # or redis://host:port/db: replicas share the queue and the results
+    lease: float = 10.0  # Redis store: seconds without a heartbeat before another replica takes a job over
+    replica: str | None = None  # Redis store: this replica's name (default: host, pid and a random suffix)
 
 
 @dataclass
@@ -281,6 +286,17 @@ def parse_enqueue(
 # --- the queue ----------------------------------------------------------------------------------------
 
 
+def pull_answer(key: str, reward: str, result: BatchResult | None, ttl: float) -> dict[str, Any]:
+    """The pull's answer for `key`'s stored `result` (None: unknown or expired), or its 4xx."""
+    if result is None:
+        raise _refuse(404, f"unknown or expired uuid {key} (results expire {ttl:g} s after scoring)")
+    if reward not in result.rewards:
+        raise _refuse(422, f"{key} was enqueued for {', '.join(result.rewards)}, not {reward!r}")
+    if result.scores is None and result.error is None:
+        raise _refuse(400, "not ready")
+    return answer(reward, result)
+
+
 def answer(reward: str, result: BatchResult) -> dict[str, Any]:
     """A scored result as the pull answers it: the reward's scores under its name and the reference service's
     keys for it, or (a 200, as the reference answers it) the scoring error with `scores` null."""
@@ -365,23 +381,24 @@ class RewardQueue:
     def result(self, key: str, reward: str) -> dict[str, Any]:
         with self._lock:
             self._forget_expired()
-            result = self.results.get(key)
-            if result is None:
-                raise _refuse(
-                    404,
-                    f"unknown or expired uuid {key} (results expire {self.settings.result_ttl:g} s after scoring)",
-                )
-            if reward not in result.rewards:
-                raise _refuse(422, f"{key} was enqueued for {', '.join(result.rewards)}, not {reward!r}")
-            if result.scores is None and result.error is None:
-                raise _refuse(400, "not ready")
-            return answer(reward, result)
+            return pull_answer(key, reward, self.results.get(key), self.settings.result_ttl)
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
 # --- the app ------------------------------------------------------------------------------------------
+
+
+def make_queue(
+    settings: ServiceSettings, rewards: dict[str, MediaRewardFunction], decoder: LatentDecoder | None
+):
+    """The in-memory queue (one process), or the Redis one that replicas share (`settings.store`)."""
+    if settings.store == "memory":
+        return RewardQueue(rewards, settings, decoder)
+    from .redis_queue import RedisRewardQueue
+
+    return RedisRewardQueue(settings.store, rewards, settings, decoder, settings.replica)
 
 
 def _authorised(header: str | None, token: str) -> bool:
@@ -409,11 +426,21 @@ def create_app(
 ) -> FastAPI:
     """The service's FastAPI app, hosting `rewards` (name -> `f(media, prompts, metadata) -> list[float]`);
     latents are decoded by `decoder` (refused without one)."""
-    queue = RewardQueue(dict(rewards), settings, decoder)
+    queue = make_queue(settings, dict(rewards), decoder)
+    store = settings.store.rpartition("@")[2]  # never a password in the log
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
-        LOG.info(json.dumps({"event": "start", "rewards": list(rewards), "auth": settings.token is not None}))
+        LOG.info(
+            json.dumps(
+                {
+                    "event": "start",
+                    "rewards": list(rewards),
+                    "auth": settings.token is not None,
+                    "store": store,
+                }
+            )
+        )
         yield
         queue.close()
 
@@ -473,7 +500,7 @@ def create_app(
     async def enqueue(request: Request):
         body = await _read_body(request, settings.max_body_bytes, "max_body_bytes")
         batch = await run_in_threadpool(parse_enqueue, body, settings, queue.rewards, decoder)
-        request.state.uuid = queue.submit(batch)
+        request.state.uuid = await run_in_threadpool(queue.submit, batch)
         return {"uuid": request.state.uuid}
 
     @app.post(PULL_PATH)
@@ -497,7 +524,7 @@ def create_app(
         if not isinstance(key, str) or not key or not isinstance(reward, str) or not reward:
             raise _refuse(422, "a pull needs the fields 'uuid' and 'type' (the reward name)")
         request.state.uuid = key
-        return queue.result(key, reward)
+        return await run_in_threadpool(queue.result, key, reward)
 
     return app
 
