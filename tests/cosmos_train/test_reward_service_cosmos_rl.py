@@ -54,9 +54,20 @@ def service(wan_vae_folder):
     hosted = {reward.name: reward for reward in rewards}
     hosted["ocr"] = MediaReward("ocr", 1.0, functools.partial(ocr, engine=lambda image: "hello"))
     hosted["fails"] = MediaReward("fails", 1.0, lambda media, prompts, metadata: 1 / 0)
+    hosted["several"] = MediaReward("several", 1.0, several_keys)
     settings = ServiceSettings(token=TOKEN, max_body_bytes=8 << 20, max_batch=16, max_queue=8)
     with serving(settings, hosted, decoder=LatentDecoder.load(str(wan_vae_folder), device="cpu")) as base:
         yield base
+
+
+def several_keys(media, prompts, metadata):
+    """A reward answering several keys, as the reference's gen_eval does: the first is the training score."""
+    means = [float(m.mean()) for m in media]
+    return {
+        "several_score": means,
+        "several_strict": [float(m > 0) for m in means],
+        "several_group": {"a": means},
+    }
 
 
 def post_as_cosmos_rl(base: str, meta: dict, array: np.ndarray) -> requests.Response:
@@ -196,6 +207,15 @@ def test_score_keys_errors_weights_and_ping_as_the_reference_answers(service):
     answer = scores(service, {**meta, "reward_fn": {"ocr": 1.0}}, images, "ocr")
     assert set(answer["scores"]) == {"ocr", "ocr_reward"}  # the reference's key beside ours
     assert answer["scores"]["ocr"] == answer["scores"]["ocr_reward"] == pytest.approx([1.0, 0.2])
+    # A reward answering several keys: all of them, its first (the training score) under its name too.
+    many = scores(service, {**meta, "reward_fn": {"several": 1.0}}, images + 2, "several")
+    assert many["scores"] == {
+        "several": [2.0, 2.0],
+        "several_score": [2.0, 2.0],
+        "several_strict": [1.0, 1.0],
+        "several_group": {"a": [2.0, 2.0]},
+    }
+    assert MediaReward("several", 1.0, several_keys)(images + 2, ["a", "b"]) == [2.0, 2.0]
     # A scoring failure is a 200 with the error and null scores (cosmos-rl's clients retry any non-2xx for ~51 min).
     failed = scores(service, {**meta, "reward_fn": {"fails": 1.0}}, images, "fails")
     assert failed["scores"] is None and "ZeroDivisionError" in failed["error"]

@@ -162,3 +162,29 @@ def test_model_calls_per_rollout_sample(loaded, solver, calls):
     finally:
         handle.remove()
     assert len(seen) == calls and set(seen) == {1}
+
+
+def test_each_family_rolls_out_with_its_references_solver():
+    """DPM-Solver++(2M) for SD3 and Cosmos (DiffusionNFT's and cosmos-rl's configs), Euler for SANA."""
+    expected = {
+        "StableDiffusion3Pipeline": "dpm2",
+        "Cosmos2_5_PredictBasePipeline": "dpm2",
+        "SanaPipeline": "euler",
+        "SanaVideoPipeline": "euler",
+    }
+    assert {name: adapter_class_for(name).rollout_solver for name in expected} == expected
+
+
+def test_guidance_costs_a_second_model_row_per_step(loaded):
+    """With classifier-free guidance, each step evaluates the conditional and the unconditional branch."""
+    _, adapter = loaded("sd3")
+    seen = []
+    handle = adapter.transformer.register_forward_hook(
+        lambda module, args, kwargs, output: seen.append((args or (kwargs["hidden_states"],))[0].shape[0]),
+        with_kwargs=True,
+    )
+    try:
+        rollout(adapter, initial_noise(adapter, "sd3"), 4.0, "dpm2")
+    finally:
+        handle.remove()
+    assert sum(seen) == 2 * STEPS

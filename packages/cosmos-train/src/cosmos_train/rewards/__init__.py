@@ -409,12 +409,19 @@ def _score_key(spec: RewardSpec) -> str | None:
 
 class MediaReward:
     """An image/video reward, `reward(media, prompts, metadata=None) -> list[float]`, that raises RewardError
-    (one line, naming itself) when its function raises or returns anything but one finite number per sample."""
+    (one line, naming itself) when its function raises or returns anything but one finite number per sample.
+
+    A function may also return a dict of named scores, as the reference service's rewards answer several keys
+    (`gen_eval_score`, `gen_eval_strict`, ...): its first key is the score trainers use; `scores()` returns them
+    all, under the reward's name and their own keys (what the reward service answers)."""
 
     def __init__(self, name: str, weight: float, function: Callable):
         self.__name__, self.name, self.weight, self.function = name, name, weight, function
 
     def __call__(self, media: Any, prompts: list[str], metadata: list[dict] | None = None) -> list[float]:
+        return self.scores(media, prompts, metadata)[self.name]
+
+    def scores(self, media: Any, prompts: list[str], metadata: list[dict] | None = None) -> dict[str, Any]:
         try:
             values = self.function(media, prompts, metadata)
         except RewardError:
@@ -425,6 +432,11 @@ class MediaReward:
             raise RewardError(
                 f"reward '{self.name}' raised {type(error).__name__}: {first_line(error)}"
             ) from error
+        named: dict[str, Any] = {}
+        if isinstance(values, dict):
+            if not values:
+                raise RewardError(f"reward '{self.name}' returned an empty dict of scores")
+            named, values = values, next(iter(values.values()))
         size = len(media)
         if not isinstance(values, list | tuple) or len(values) != size:
             got = f"{len(values)} values" if isinstance(values, list | tuple) else type(values).__name__
@@ -432,7 +444,7 @@ class MediaReward:
         for index, value in enumerate(values):
             if not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise RewardError(f"reward '{self.name}' returned {value!r} for sample {index}")
-        return [float(value) for value in values]
+        return {self.name: [float(value) for value in values], **named}
 
 
 def _make_builtin(spec: RewardSpec, train: dict[str, Any]) -> Callable:

@@ -75,7 +75,7 @@ class BatchResult:
 
     rewards: list[str]
     input_info: dict[str, Any]
-    scores: dict[str, list[float]] | None = None
+    scores: dict[str, dict[str, Any]] | None = None  # reward -> the keys it answers -> values
     error: str | None = None
     duration: float = 0.0
 
@@ -309,15 +309,16 @@ def answer(reward: str, result: BatchResult) -> dict[str, Any]:
     if result.error is not None:
         body["error"] = result.error
     else:
-        values = result.scores[reward]
-        body["scores"] = {reward: values, **dict.fromkeys(REFERENCE_SCORE_KEYS.get(reward, ()), values)}
+        named = result.scores[reward]
+        body["scores"] = {**named, **dict.fromkeys(REFERENCE_SCORE_KEYS.get(reward, ()), named[reward])}
     return body
 
 
 def score_batch(
     batch: Batch, rewards: dict[str, MediaRewardFunction], decoder: LatentDecoder | None
-) -> tuple[dict[str, list[float]] | None, str | None]:
-    """`(scores, None)` for each of the batch's rewards, or `(None, error)`: one line naming what failed."""
+) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
+    """`({reward: {key: values}}, None)`, every key each of the batch's rewards answers, or `(None, error)`: one
+    line naming what failed."""
     scores, name = {}, ""
     try:
         media = batch.media
@@ -325,7 +326,11 @@ def score_batch(
             name = "latent decoding"
             media = decoder.decode(media)
         for name in batch.rewards:
-            scores[name] = rewards[name](media, batch.prompts, batch.metadata)
+            reward = rewards[name]
+            if hasattr(reward, "scores"):  # a MediaReward: every key it answers
+                scores[name] = reward.scores(media, batch.prompts, batch.metadata)
+            else:
+                scores[name] = {name: reward(media, batch.prompts, batch.metadata)}
     except RewardError as failure:  # MediaReward's one line, naming the reward
         return None, first_line(failure)
     except Exception as failure:  # a bare function or the VAE: name it here
