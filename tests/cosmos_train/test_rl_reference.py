@@ -508,3 +508,29 @@ def test_ddrl_trainer_loss_is_the_reference(tmp_path, tiny):
     expected = d.loss_scale * (policy + d.kl_beta * kl + d.data_beta * data)
     loss = trainer.compute_loss(trainer.model, inputs)
     assert loss.item() == pytest.approx(expected, rel=1e-4, abs=1e-7)
+
+
+def test_the_weighted_reward_sum_and_its_clip():
+    """R = sum_f w_f s_f (the references' `multi_score`); with cosmos-rl's clip, each score and the sum to +-clip."""
+    from cosmos_train.trainers.diffusion_rl import weighted_reward
+
+    scores = {"a": torch.tensor([1.0, -8.0, 3.0]), "b": torch.tensor([2.0, 0.5, 9.0])}
+    weights = {"a": 1.0, "b": 0.5}
+    torch.testing.assert_close(weighted_reward(scores, weights), torch.tensor([2.0, -7.75, 7.5]))
+    # Clipped at 5: a -> [1, -5, 3], b -> [2, 0.5, 5]; sums [2, -4.75, 5.5] -> [2, -4.75, 5].
+    torch.testing.assert_close(weighted_reward(scores, weights, clip=5.0), torch.tensor([2.0, -4.75, 5.0]))
+
+
+def test_same_latent_gives_each_prompt_group_one_noise():
+    """FlowGRPO's `same_latent` and DDRL's `use_same_seed`: K samples of a prompt start from one noise."""
+    from cosmos_train.trainers.diffusion_rl import DiffusionRLTrainer
+
+    trainer = SimpleNamespace(
+        latent_shape=lambda: (2, 3), adapter=SimpleNamespace(device="cpu"), group_size=2
+    )
+    torch.manual_seed(0)
+    shared = DiffusionRLTrainer.noise(trainer, 6, same_per_group=True)
+    assert torch.equal(shared[0], shared[1]) and torch.equal(shared[4], shared[5])
+    assert not torch.equal(shared[1], shared[2])
+    own = DiffusionRLTrainer.noise(trainer, 6)
+    assert not torch.equal(own[0], own[1])
