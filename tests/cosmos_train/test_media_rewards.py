@@ -103,6 +103,7 @@ def test_media_rewards_are_registered_apart_from_text_rewards():
         "hps",
         "hpsv2",
         "aesthetic",
+        "cosmos_reason1",
         "geneval_mini",
         "well_formed_shapes",
     } == set(MEDIA_BUILTINS)

@@ -242,3 +242,31 @@ def test_latents_the_vae_cannot_decode_are_refused_in_one_line(service):
     ) as base:
         answer = post_as_cosmos_rl(base, meta, np.zeros(LATENT_SHAPE, dtype=np.float16))
     assert answer.status_code == 422 and "--latent-vae" in answer.json()["detail"]
+
+
+def test_the_world_model_trainers_request_is_decoded_and_judged_by_cosmos_reason1(wan_vae_folder, tmp_path):
+    """cosmos-rl's world-model trainer: float32 Wan latents, no media_type, `video_infos` with the fps, scored by the
+    `cosmos_reason1` critic (a tiny random Qwen2.5-VL here) on the decoded frames; its keys as the reference's."""
+    from cosmos_train.rewards.cosmos_reason1 import cosmos_reason1
+    from cosmos_train.testing import save_tiny_vlm
+
+    critic = str(save_tiny_vlm(tmp_path / "critic", family="qwen2_5_vl"))
+    (reward,) = build_media_rewards([RewardSpec("cosmos_reason1", 1.0, {"model": critic})])
+    latents = np.random.default_rng(5).standard_normal(LATENT_SHAPE).astype(np.float32)
+    prompts = ["Does the video contain any anomalies or artifacts?"] * 2
+    meta = {
+        "prompts": prompts,
+        "reward_fn": {"cosmos_reason1": 1.0},
+        "video_infos": [{"video_fps": 8.0}] * 2,
+    }
+    decoder = LatentDecoder.load(str(wan_vae_folder), device="cpu")
+    with serving(ServiceSettings(token=TOKEN), {"cosmos_reason1": reward}, decoder=decoder) as base:
+        answer = scores(base, meta, latents, "cosmos_reason1")["scores"]
+    assert set(answer) == {"cosmos_reason1", "no_score", "yes_logit", "no_logit", "prediction"}
+    expected = cosmos_reason1(decoder.decode(latents), prompts, [{"video_fps": 8.0}] * 2, model=critic)
+    assert answer["no_score"] == pytest.approx(expected["no_score"], abs=1e-5)
+    assert answer["cosmos_reason1"] == answer["no_score"] and answer["prediction"] == expected["prediction"]
+    at_default_fps = cosmos_reason1(decoder.decode(latents), prompts, None, model=critic)  # 16 fps
+    assert answer["no_score"] != pytest.approx(
+        at_default_fps["no_score"], abs=1e-5
+    )  # the fps sent reached it

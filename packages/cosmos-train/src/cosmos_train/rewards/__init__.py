@@ -12,7 +12,7 @@ parameters:
 `build_rewards` turns that table into TRL reward functions, each wrapped so that a reward that raises or
 returns NaN stops the run with a `RewardError` naming the reward and the offending completion.
 
-Image and video rewards (`MEDIA_BUILTINS`: JPEG size, brightness, colour, OCR, GenEval-mini, PickScore, HPS, aesthetic) score
+Image and video rewards (`MEDIA_BUILTINS`: JPEG size, brightness, colour, OCR, GenEval-mini, PickScore, HPS, aesthetic, the Cosmos-Reason1 video critic) score
 generated media for diffusion RL and in the reward service (`cosmos-train reward-serve`). `build_media_rewards`
 turns the same kind of table into `MediaReward`s, called as `reward(media, prompts, metadata)`: `media` uint8
 B x H x W x C (images) or B x T x H x W x C (videos), `prompts` one per sample, and `metadata` None or one dict
@@ -36,6 +36,8 @@ from ..geneval_mini.evaluator import geneval_mini as _geneval_mini
 from ..geneval_mini.evaluator import well_formed_shapes as _well_formed_shapes
 from ..references import BadReferenceError, is_reference, load_reference
 from . import media as _media
+from .cosmos_reason1 import cosmos_reason1 as _cosmos_reason1
+from .cosmos_reason1 import preload as _preload_cosmos_reason1
 from .ocr import load_engine as _load_ocr_engine
 from .ocr import ocr as _ocr
 from .remote import RemoteMediaReward, RemoteRewardClient, RemoteRewardError, RemoteTextReward
@@ -228,6 +230,12 @@ MEDIA_BUILTINS: dict[str, Builtin] = {
         _media_partial(_well_formed_shapes),
         "-",
         "share of a picture's coloured pixels inside well-formed shapes (GenEval-mini's domain)",
+    ),
+    "cosmos_reason1": Builtin(
+        _media_partial(_cosmos_reason1),
+        "prompt (or question); metadata video_fps",
+        "Cosmos-Reason1 video critic: the probability of no physical anomaly (no_score), as the reference service",
+        load=_preload_cosmos_reason1,
     ),
     **{
         name: Builtin(
