@@ -104,6 +104,7 @@ def test_media_rewards_are_registered_apart_from_text_rewards():
         "hpsv2",
         "aesthetic",
         "cosmos_reason1",
+        "gen_eval",
         "geneval_mini",
         "well_formed_shapes",
     } == set(MEDIA_BUILTINS)

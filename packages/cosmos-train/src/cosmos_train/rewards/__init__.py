@@ -12,7 +12,7 @@ parameters:
 `build_rewards` turns that table into TRL reward functions, each wrapped so that a reward that raises or
 returns NaN stops the run with a `RewardError` naming the reward and the offending completion.
 
-Image and video rewards (`MEDIA_BUILTINS`: JPEG size, brightness, colour, OCR, GenEval-mini, PickScore, HPS, aesthetic, the Cosmos-Reason1 video critic) score
+Image and video rewards (`MEDIA_BUILTINS`: JPEG size, brightness, colour, OCR, GenEval-mini, PickScore, HPS, aesthetic, GenEval, the Cosmos-Reason1 video critic) score
 generated media for diffusion RL and in the reward service (`cosmos-train reward-serve`). `build_media_rewards`
 turns the same kind of table into `MediaReward`s, called as `reward(media, prompts, metadata)`: `media` uint8
 B x H x W x C (images) or B x T x H x W x C (videos), `prompts` one per sample, and `metadata` None or one dict
@@ -38,6 +38,8 @@ from ..references import BadReferenceError, is_reference, load_reference
 from . import media as _media
 from .cosmos_reason1 import cosmos_reason1 as _cosmos_reason1
 from .cosmos_reason1 import preload as _preload_cosmos_reason1
+from .gen_eval import gen_eval as _gen_eval
+from .gen_eval import preload as _preload_gen_eval
 from .ocr import load_engine as _load_ocr_engine
 from .ocr import ocr as _ocr
 from .remote import RemoteMediaReward, RemoteRewardClient, RemoteRewardError, RemoteTextReward
@@ -230,6 +232,12 @@ MEDIA_BUILTINS: dict[str, Builtin] = {
         _media_partial(_well_formed_shapes),
         "-",
         "share of a picture's coloured pixels inside well-formed shapes (GenEval-mini's domain)",
+    ),
+    "gen_eval": Builtin(
+        _media_partial(_gen_eval),
+        "metadata (GenEval records: tag, include)",
+        "GenEval as the reference service scores it: Mask2Former detections, CLIP colours (score, reward, strict, group)",
+        load=_preload_gen_eval,
     ),
     "cosmos_reason1": Builtin(
         _media_partial(_cosmos_reason1),
