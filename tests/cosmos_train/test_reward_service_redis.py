@@ -4,6 +4,7 @@ leaves its job to another replica, which completes it: nothing lost, nothing com
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -142,25 +143,39 @@ def serve_in_a_process(store: str, log: Path, port: int, replica: str, seconds: 
             time.sleep(0.05)
 
 
+def enqueue_and_wait_for_scoring(port: int, log: Path, prompt: str, value: int):
+    """Enqueue one batch on the replica at `port`; return it once that replica has started scoring it."""
+    base = f"http://127.0.0.1:{port}"
+    client = RemoteRewardClient(base + ENQUEUE_PATH, base + PULL_PATH, token=TOKEN, timeout=5.0)
+    pending = client.submit(REWARD, [prompt, "x"], batch(value))
+    deadline = time.monotonic() + 30
+    while f"start {prompt}" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, "the first replica never started scoring"
+        time.sleep(0.05)
+    return pending
+
+
+@contextlib.contextmanager
+def second_replica(store: str, log: Path):
+    """Another replica of the same store, in this process: its base URL and a client of it."""
+    settings = ServiceSettings(token=TOKEN, store=store, lease=1.0, replica="second")
+    with serving(settings, counted(log)) as base:
+        yield (
+            base,
+            RemoteRewardClient(
+                base + ENQUEUE_PATH, base + PULL_PATH, token=TOKEN, timeout=5.0, backoff=0.1, poll_timeout=30
+            ),
+        )
+
+
 def test_a_replica_killed_mid_batch_leaves_its_job_to_another(store, tmp_path):
     log, port = tmp_path / "scored.log", free_port()
     first = serve_in_a_process(store, log, port, "first", seconds=30.0)
     try:
-        base = f"http://127.0.0.1:{port}"
-        client = RemoteRewardClient(base + ENQUEUE_PATH, base + PULL_PATH, token=TOKEN, timeout=5.0)
-        pending = client.submit(REWARD, ["killed", "x"], batch(5))
-        deadline = time.monotonic() + 30
-        while "start killed" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline, "the first replica never started scoring"
-            time.sleep(0.05)
+        pending = enqueue_and_wait_for_scoring(port, log, "killed", 5)
         first.send_signal(signal.SIGKILL)  # mid-batch: its lease stops being renewed
         first.wait(10)
-        with serving(
-            ServiceSettings(token=TOKEN, store=store, lease=1.0, replica="second"), counted(log)
-        ) as b:
-            other = RemoteRewardClient(
-                b + ENQUEUE_PATH, b + PULL_PATH, token=TOKEN, timeout=5.0, backoff=0.1, poll_timeout=30
-            )
+        with second_replica(store, log) as (_, other):
             assert other.pull(REWARD, pending.uuid, 2) == pytest.approx([50 / 255] * 2)
     finally:
         if first.poll() is None:
@@ -190,24 +205,14 @@ def test_a_replica_stalled_past_its_lease_cannot_complete_the_job_again(store, t
     log, port = tmp_path / "scored.log", free_port()
     stalled = serve_in_a_process(store, log, port, "stalled", seconds=2.0)
     try:
-        base = f"http://127.0.0.1:{port}"
-        client = RemoteRewardClient(base + ENQUEUE_PATH, base + PULL_PATH, token=TOKEN, timeout=5.0)
-        pending = client.submit(REWARD, ["stalled", "x"], batch(7))
-        deadline = time.monotonic() + 30
-        while "start stalled" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline, "the first replica never started scoring"
-            time.sleep(0.05)
+        pending = enqueue_and_wait_for_scoring(port, log, "stalled", 7)
+        deadline = time.monotonic() + 60
         stalled.send_signal(signal.SIGSTOP)
-        with serving(
-            ServiceSettings(token=TOKEN, store=store, lease=1.0, replica="second"), counted(log)
-        ) as b:
-            other = RemoteRewardClient(
-                b + ENQUEUE_PATH, b + PULL_PATH, token=TOKEN, timeout=5.0, backoff=0.1, poll_timeout=30
-            )
+        with second_replica(store, log) as (b, other):
             assert other.pull(REWARD, pending.uuid, 2) == pytest.approx([70 / 255] * 2)
             stalled.send_signal(signal.SIGCONT)
             while len(finished(log)) < 2:  # the stalled replica finishes its sleep and tries to complete
-                assert time.monotonic() < deadline + 30, "the stalled replica never finished"
+                assert time.monotonic() < deadline, "the stalled replica never finished"
                 time.sleep(0.05)
             time.sleep(0.5)
             answer = httpx.post(
