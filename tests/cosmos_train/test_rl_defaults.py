@@ -82,3 +82,21 @@ def test_default_lora_targets_are_the_references(tiny, family, adapted):
         if hasattr(module, "lora_A") and name.startswith("transformer_blocks.")
     }
     assert wrapped == adapted
+
+
+def test_the_whole_pipeline_goes_to_the_process_device(tmp_path, tiny):
+    """The Trainer moves only the transformer; the VAE and text encoders must follow it to the process's device
+    (on a GPU they stayed on the CPU and the first prompt encoding failed). The meta device stands in for CUDA."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from cosmos_train.trainers.diffusion_base import load_for_training
+
+    job = read_job(write_rl_job(tmp_path, tiny("sd3"), kind="nft"))
+    elsewhere = SimpleNamespace(args=SimpleNamespace(seed=0, device=torch.device("meta")), config=job.config)
+    adapter, _ = load_for_training(elsewhere)
+    devices = {
+        p.device.type for m in [adapter.transformer, *adapter.frozen_modules()] for p in m.parameters()
+    }
+    assert devices == {"meta"}

@@ -181,5 +181,8 @@ def load_for_training(job) -> tuple[DiffusionAdapter, dict | None]:
 
     set_seed(job.args.seed)
     adapter = load_adapter(job.config.model, job.config.adapter_options())
+    # The Trainer moves only its model (the transformer); the VAE and text encoders encode prompts and pixels
+    # before and beside it, so the whole pipeline goes to the process's device (on a GPU they stayed on the CPU).
+    adapter.pipeline.to(job.args.device)
     lora = prepare_training(adapter, job.config.lora, bool(job.config.train.gradient_checkpointing))
     return adapter, lora
