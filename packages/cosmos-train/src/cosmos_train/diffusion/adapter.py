@@ -59,7 +59,9 @@ class DiffusionAdapter:
     generate_kwargs: ClassVar[dict[str, Any]] = {}
     # Extra `from_pretrained` arguments (e.g. to leave out a run-time safety filter that training never uses).
     pipeline_load_kwargs: ClassVar[dict[str, Any]] = {}
-    # Keys of `encode_prompts` output whose length differs per prompt: padded when batched.
+    # Keys of `encode_prompts` output whose length may differ per prompt: right-padded with zeros when rows of
+    # different lengths are batched (training batches, the guided call's [conditional; unconditional] rows), so
+    # only keys whose padding the model ignores (text with its attention mask, the mask padded with 0s).
     ragged_conditioning: ClassVar[tuple[str, ...]] = ()
     # DiffusionNFT's deterministic rollout solver when `[rollout] solver` is unset (`sampling.SOLVERS`): the
     # references' per-family choice (cosmos-rl: dpm2 for SD3 and Cosmos, euler for SANA).
@@ -190,6 +192,31 @@ class DiffusionAdapter:
     def guide(self, conditional: torch.Tensor, unconditional: torch.Tensor, scale: float) -> torch.Tensor:
         """Classifier-free guidance in the pipeline's own form (most: uncond + g (cond - uncond))."""
         return unconditional + scale * (conditional - unconditional)
+
+    def stack_conditioning(
+        self, conditional: dict[str, torch.Tensor], unconditional: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor] | None:
+        """The conditioning of one guided transformer call: the conditional rows, then the unconditional ones
+        (`torch.cat` on dim 0, key by key), or None where the two cannot share a call (the sampler then makes two).
+        Keys of equal non-batch shapes are concatenated as they are; `ragged_conditioning` keys of different
+        lengths (dim 1) are right-padded with zeros to the longer one first; any other difference gives None.
+        A family whose model cannot take both branches in one batch overrides this to return None."""
+        if set(conditional) != set(unconditional):
+            return None
+        stacked = {}
+        for key, cond in conditional.items():
+            uncond = unconditional[key]
+            if cond.shape[1:] != uncond.shape[1:]:
+                if (
+                    key not in self.ragged_conditioning
+                    or cond.dim() < 2
+                    or cond.shape[2:] != uncond.shape[2:]
+                ):
+                    return None
+                length = max(cond.shape[1], uncond.shape[1])
+                cond, uncond = (_pad_dim1(value, length) for value in (cond, uncond))
+            stacked[key] = torch.cat([cond, uncond])
+        return stacked
 
     def grid_kwargs(self, num_steps: int, latent_shape: tuple[int, ...]) -> dict[str, Any]:
         """Extra `scheduler.set_timesteps` arguments the pipeline passes at this latent shape (none for most)."""
@@ -366,6 +393,14 @@ def truncation_warned_once(adapter: DiffusionAdapter, limits: str) -> Iterator[N
             adapter.pipeline_class,
             limits,
         )
+
+
+def _pad_dim1(value: torch.Tensor, length: int) -> torch.Tensor:
+    """`value` right-padded with zeros along dim 1 (the sequence) to `length`."""
+    missing = length - value.shape[1]
+    if missing == 0:
+        return value
+    return torch.cat([value, value.new_zeros(value.shape[0], missing, *value.shape[2:])], dim=1)
 
 
 def _call_parameters(pipeline) -> dict[str, Any]:

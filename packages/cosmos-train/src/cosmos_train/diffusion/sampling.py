@@ -7,8 +7,11 @@ guidance takes the family's form (`DiffusionAdapter.guide`, with its negative pr
   DPM-Solver++(2M) (`dpm2`, one model call per step), Euler, or Heun (two calls per step);
 - `sde_step`: FlowGRPO's SDE step, Gaussian with a known log-probability, so a trainer can store per-step
   log-probs at rollout and recompute them under the current weights.
-Classifier-free guidance runs the conditional and unconditional predictions as two calls on the same rows,
-so a guided batch can never pair a row with another row's unconditional prediction.
+Classifier-free guidance is one transformer call, as the pipelines batch it: the rows twice, their conditioning
+then the unconditional one (`DiffusionAdapter.stack_conditioning`), the output split in halves (`chunk(2)`), so
+row i's unconditional prediction is row `rows + i`'s. Where the adapter cannot stack the two conditionings, or
+`Guidance.batched` is off (`[rollout] batched_guidance = false`, less peak memory), it is two calls on the same
+rows; both ways give the same velocity.
 """
 
 from __future__ import annotations
@@ -53,10 +56,12 @@ def noise_grid(adapter: DiffusionAdapter, num_steps: int, latent_shape: tuple[in
 
 @dataclass
 class Guidance:
-    """Classifier-free guidance: `scale` 1 (off) needs no unconditional conditioning."""
+    """Classifier-free guidance: `scale` 1 (off) needs no unconditional conditioning. `batched`: the conditional
+    and unconditional rows in one transformer call (False: two calls, for a lower peak memory)."""
 
     scale: float = 1.0
     unconditional: dict[str, torch.Tensor] | None = None
+    batched: bool = True
 
 
 def velocity(
@@ -67,21 +72,35 @@ def velocity(
     conditioning: dict[str, torch.Tensor],
     guidance: Guidance | None = None,
     timestep: torch.Tensor | float | None = None,
+    condition_frames: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The (guided) velocity at `latents`, all rows at noise level `sigma`, which the pipeline's scheduler calls
-    `timestep` (fed to the transformer when given)."""
+    `timestep` (fed to the transformer when given); `condition_frames` (video families) as `predict_velocity`."""
     rows = latents.shape[0]
     sigmas = torch.as_tensor(sigma, device=latents.device, dtype=torch.float32).expand(rows)
     timesteps = None if timestep is None else torch.as_tensor(timestep, device=latents.device).expand(rows)
-    predicted = adapter.predict_velocity(
-        transformer, latents, sigmas, conditioning, timesteps=timesteps
-    ).float()
+
+    def predict(x, levels, rows_conditioning, frames, steps) -> torch.Tensor:
+        return adapter.predict_velocity(
+            transformer, x, levels, rows_conditioning, condition_frames=frames, timesteps=steps
+        ).float()
+
     if guidance is None or guidance.scale == 1.0:
-        return predicted
-    unconditional = adapter.predict_velocity(
-        transformer, latents, sigmas, guidance.unconditional, timesteps=timesteps
-    ).float()
-    return adapter.guide(predicted, unconditional, guidance.scale)
+        return predict(latents, sigmas, conditioning, condition_frames, timesteps)
+    stacked = None
+    if guidance.batched:
+        stacked = adapter.stack_conditioning(conditioning, guidance.unconditional)
+    if stacked is None:
+        conditional = predict(latents, sigmas, conditioning, condition_frames, timesteps)
+        unconditional = predict(latents, sigmas, guidance.unconditional, condition_frames, timesteps)
+    else:
+
+        def twice(value: torch.Tensor | None) -> torch.Tensor | None:
+            return None if value is None else torch.cat([value, value])
+
+        both = predict(twice(latents), twice(sigmas), stacked, twice(condition_frames), twice(timesteps))
+        conditional, unconditional = both.chunk(2)
+    return adapter.guide(conditional, unconditional, guidance.scale)
 
 
 @torch.no_grad()

@@ -38,6 +38,8 @@ class SanaAdapter(DiffusionAdapter):
     # Self- and cross-attention (attn1, attn2) with their output projections, as cosmos-rl's SANA configs.
     lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")
     rollout_solver = "euler"  # cosmos-rl's DiffusionNFT config for SANA
+    # Masked text: zero right-padding gets no attention (while a row keeps one token), so lengths may differ.
+    ragged_conditioning = ("prompt_embeds", "prompt_attention_mask")
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         return encode_gemma_prompts(self.pipeline, prompts, self.device, self.options.max_sequence_length)

@@ -27,6 +27,8 @@ class SanaVideoAdapter(DiffusionAdapter):
     generate_kwargs = {"use_resolution_binning": False}
     lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0")  # attn1 and attn2, as SANA
     rollout_solver = "euler"  # as SANA
+    # Masked text: zero right-padding gets no attention (while a row keeps one token), so lengths may differ.
+    ragged_conditioning = ("prompt_embeds", "prompt_attention_mask")
 
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         return encode_gemma_prompts(self.pipeline, prompts, self.device, self.options.max_sequence_length)

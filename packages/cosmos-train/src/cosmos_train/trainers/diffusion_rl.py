@@ -183,7 +183,8 @@ class DiffusionRLTrainer(DiffusionTrainer):
         scale = self.rollout_config.guidance_scale
         if scale == 1.0:
             return Guidance()
-        return Guidance(scale, {k: v.expand(rows, *v.shape[1:]) for k, v in self.unconditional.items()})
+        unconditional = {k: v.expand(rows, *v.shape[1:]) for k, v in self.unconditional.items()}
+        return Guidance(scale, unconditional, batched=self.rollout_config.batched_guidance)
 
     def conditioning(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         with torch.no_grad():

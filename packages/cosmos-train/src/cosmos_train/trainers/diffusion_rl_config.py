@@ -40,6 +40,11 @@ class RolloutSection(Section):
     samples_per_prompt: int = Field(24, ge=2, description="K samples per prompt, normalised as a group.")
     sampling_steps: int = Field(10, gt=0, description="Sampler steps per rollout sample.")
     guidance_scale: float = Field(1.0, ge=1.0, description="Classifier-free guidance; 1 is off.")
+    batched_guidance: bool = Field(
+        True,
+        description="With guidance, the conditional and unconditional rows in one transformer call, as the "
+        "pipelines (same velocity); false: two calls, for less peak memory.",
+    )
     max_sequence_length: int | None = Field(
         None,
         gt=0,

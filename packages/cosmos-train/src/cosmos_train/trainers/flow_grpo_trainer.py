@@ -10,8 +10,8 @@ It follows the official code (yifan123/flow_grpo `scripts/train_sd3.py`, `main`;
 2. the weighted sum of rewards becomes group-relative advantages (the global std); samples whose advantage is 0
    are left out;
 3. micro-batches go chunk by chunk over the trained steps (the first ones, in order); each recomputes the
-   log-prob of x_{j+1} given x_j under the current weights (same level, same timestep, same guidance, the two CFG
-   calls on the same rows) and trains the clipped ratio objective -min(A r, A clip(r, 1 - e, 1 + e)) plus kl_beta
+   log-prob of x_{j+1} given x_j under the current weights (same level, same timestep, same guidance on the
+   same rows) and trains the clipped ratio objective -min(A r, A clip(r, 1 - e, 1 + e)) plus kl_beta
    times the KL to the frozen base (`step_kl`). The rollout's chunks are split between two optimizer updates by
    default, so the second update's ratio moves off 1 and the clipping acts;
 4. the EMA (for evaluation and export) updates every 8 optimizer steps and is saved in every checkpoint.
@@ -166,7 +166,7 @@ class FlowGRPOTrainer(DiffusionRLTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         x, x_next, conditioning = inputs["x"], inputs["x_next"], inputs["conditioning"]
         sigma, sigma_next, timestep = inputs["sigma"], inputs["sigma_next"], inputs["timestep"]
-        guidance = self.guidance(x.shape[0])  # the rollout's guidance, the same two calls on the same rows
+        guidance = self.guidance(x.shape[0])  # the rollout's guidance, on the same rows
         std_t = sde_std_t(sigma, self.algorithm.noise_level, inputs["sigma_max"])
         # The frozen prediction first: switching adapters after the trained forward would touch its graph.
         mean_reference = None
