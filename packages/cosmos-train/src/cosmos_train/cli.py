@@ -126,6 +126,40 @@ def validate_config(
     typer.echo(f"{job.source}: ok ({job.kind.name} job)")
 
 
+def estimate_memory(
+    config: Annotated[Path, typer.Argument(help="Job file (TOML).")],
+    processes: Annotated[int, typer.Option(help="Processes (devices) the job runs on.")] = 1,
+    set_: SetOption = None,
+    device_memory: Annotated[
+        str | None,
+        typer.Option(help="Memory of one device, e.g. 80GB: says whether the job fits.", show_default=False),
+    ] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Estimate the memory a job needs on each device, from its model built on the meta device (no weights
+    are read): trained weights, gradients, optimizer state, EMA / old-policy / reference copies, frozen parts
+    (LoRA's base, VAE, text encoders, Cosmos3's reasoner) and activations, for the job's kind, LoRA or full
+    fine-tuning and [launch] backend. An estimate: see `cosmos_train.memory` for what it counts.
+
+    Example:
+
+      cosmos-train estimate-memory examples/sft/qwen3_vl_8b_full.toml --processes 8 --device-memory 80GB
+    """
+    from . import memory
+    from .config import ConfigError
+    from .errors import first_line
+
+    try:
+        size = memory.parse_size(device_memory) if device_memory else None
+        job, backend = memory.read_job(config, set_)
+        result = memory.estimate(job, processes, backend)
+    except (ConfigError, ValueError) as error:
+        _fail(first_line(error))
+    except OSError as error:  # a model config that cannot be read
+        _fail(f"{config}: {first_line(error)}")
+    typer.echo(memory.to_json([result], size) if json_ else result.table(size))
+
+
 def export(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint-N folder or a run's output_dir.")],
     out: Annotated[Path, typer.Argument(help="Folder to write (must not exist unless --overwrite).")],
@@ -414,6 +448,7 @@ def build_app() -> typer.Typer:
     app.command("run")(run)
     app.command("validate-config")(validate_config)
     app.command("export")(export)
+    app.command("estimate-memory")(estimate_memory)
     app.command("reward-serve")(reward_serve)
     app.command("quickstart")(quickstart)
     app.command("make-tiny", help=_make_tiny_help())(make_tiny)

@@ -1,0 +1,470 @@
+"""How much memory a job needs on each device, from its model built on the meta device (no weights are read):
+`cosmos-train estimate-memory JOB.toml --processes N`.
+
+What is counted, per device, in bytes:
+- trained weights: the parameters that train (full fine-tuning: the trained module, or the part of it the family
+  trains, e.g. Cosmos3's generator; LoRA: the adapters, which PEFT keeps in float32);
+- gradients: one per trained parameter, in its dtype;
+- optimizer: AdamW's two moments in the parameter's dtype (torch's AdamW); under DeepSpeed with bf16/fp16 the
+  module is cast to 16 bits and the optimizer keeps a float32 master copy and float32 moments (12 bytes);
+  under FSDP with bf16, accelerate upcasts the parameters to float32 (so 4 + 4 + 8 bytes);
+- copies of the trained weights the trainers keep: the diffusion EMA (`[diffusion]`/`[nft]`/... `ema_decay`),
+  DiffusionNFT's old policy, the frozen reference of a KL term under full fine-tuning (diffusion RL: of the
+  trained parameters; GRPO with beta > 0: TRL's whole reference model); full copies on every process, except
+  TRL's reference model, which ZeRO-3 / FSDP shard;
+- frozen parts: the trained module's frozen parameters (LoRA's base weights, Cosmos3's reasoner, `[model]
+  freeze`), and for diffusion the pipeline's other modules (VAE, text encoders) in `[model] dtype`;
+- activations: what the backward pass keeps, estimated from the model's Linear layers (below), plus the
+  language models' logits.
+
+Sharding over `--processes` N: ZeRO-2 divides gradients and optimizer state by N; ZeRO-3 and FSDP also divide
+the trained module's parameters (trained and frozen); DDP divides nothing. The VAE, text encoders and the
+diffusion copies are never sharded.
+
+Activations (documented estimate, no forward is run): every Linear of the model's repeated blocks saves its
+input and the next operation its output, so a token costs sum(in_features + out_features) over those Linears,
+times ACTIVATION_FACTOR for what else is saved (norms, residual adds, attention statistics), in the compute
+dtype (bf16 under `[train] bf16`, else the trained weights'). With gradient checkpointing only each block's input
+(hidden size) is kept, plus one block's activations while it is recomputed. Tokens: language models
+`per_device_train_batch_size` x `[data] max_length` (SFT; the longest case) or x (PROMPT_TOKENS +
+`max_completion_length`) (GRPO); diffusion models a training forward's samples x (latent tokens + text tokens),
+latent tokens from the height, width and frames divided by the VAE's compression and the patch size. Language
+models add the logits: tokens x vocabulary x (compute bytes + 8) (the float32 upcast and its gradient).
+
+The peak is everything but gradients and activations, plus the larger of the two: backward frees the activations
+as it writes gradients, and the optimizer runs after backward (with gradient accumulation the gradients live
+through the next forward, so both count).
+
+Not counted: the vision tower's image tokens (text tokens only), the rollout's sampling (no-grad forwards, a
+block at a time) and VAE decoding, ZeRO-3's gathered layer, communication buckets, the CUDA context (~0.5 GiB)
+and the allocator's fragmentation.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+GIB = 1 << 30
+# What a block saves beyond its Linears' inputs and outputs (norms, activations, rotary, attention statistics), as a
+# multiple of them: measured about 1.45 on an H200 (bf16, Qwen3-1.7B shapes, SFT without checkpointing,
+# benchmarks/results/gpu.json) and 1.9 on a CPU (float32, tests/cosmos_train/test_estimate_memory.py).
+ACTIVATION_FACTOR = 1.6
+PROMPT_TOKENS = 512  # GRPO: prompt tokens assumed per completion (TRL does not cap them)
+TEXT_TOKENS = 256  # diffusion: text tokens assumed when the job does not set max_sequence_length
+BYTES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
+
+
+@dataclass
+class Estimate:
+    """Bytes per device for one job on `processes` processes; `parts` in the order printed."""
+
+    job: str
+    kind: str
+    backend: str
+    processes: int
+    lora: bool
+    parameters: dict[str, int]  # trained, frozen (counts, whole model)
+    parts: dict[str, int] = field(default_factory=dict)
+    overlap: bool = True  # gradients and activations are not alive together (no gradient accumulation)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak(self) -> int:
+        rest = sum(v for k, v in self.parts.items() if k not in ("gradients", "activations"))
+        grads, acts = self.parts.get("gradients", 0), self.parts.get("activations", 0)
+        return rest + (max(grads, acts) if self.overlap else grads + acts)
+
+    def as_dict(self, device_memory: int | None = None) -> dict[str, Any]:
+        out = {
+            "job": self.job,
+            "kind": self.kind,
+            "backend": self.backend,
+            "processes": self.processes,
+            "lora": self.lora,
+            "parameters": self.parameters,
+            "bytes_per_device": self.parts,
+            "peak_bytes_per_device": self.peak,
+            "notes": self.notes,
+        }
+        if device_memory is not None:
+            out |= {"device_memory": device_memory, "fits": self.peak <= device_memory}
+        return out
+
+    def table(self, device_memory: int | None = None) -> str:
+        tuning = "LoRA" if self.lora else "full fine-tuning"
+        lines = [
+            f"{self.job}: {self.kind}, {tuning}, {self.backend} on {self.processes} process(es); "
+            f"parameters: {self.parameters['trained']:,} trained, {self.parameters['frozen']:,} frozen",
+            f"{'per device':<44}{'GiB':>10}",
+        ]
+        lines += [f"  {name:<42}{size / GIB:>10.3f}" for name, size in self.parts.items()]
+        how = "max(gradients, activations)" if self.overlap else "gradients + activations"
+        lines.append(f"  {'peak: the rest + ' + how:<42}{self.peak / GIB:>10.3f}")
+        if device_memory is not None:
+            verdict = "fits" if self.peak <= device_memory else "does NOT fit"
+            lines.append(f"{verdict} in {device_memory / GIB:.1f} GiB per device")
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Counting a model built on the meta device
+
+
+def count(module: torch.nn.Module, trained: bool) -> tuple[int, int]:
+    """(parameters, bytes) of `module`'s parameters that do (`trained`) or do not require grad."""
+    params = [p for p in module.parameters() if p.requires_grad == trained]
+    return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
+
+
+def blocks(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated blocks: the ModuleLists holding Linears, largest first by parameters."""
+    lists = [
+        m
+        for m in module.modules()
+        if isinstance(m, torch.nn.ModuleList) and any(isinstance(x, torch.nn.Linear) for x in m.modules())
+    ]
+    # Drop lists nested inside another (an attention's `to_out`, a block's sublists).
+    nested = {id(inner) for outer in lists for inner in outer.modules() if inner is not outer}
+    return [m for block_list in lists if id(block_list) not in nested for m in block_list]
+
+
+def linear_width(module: torch.nn.Module) -> int:
+    """sum(in_features + out_features) over the Linears in `module` (PEFT's LoRA layers count as their base)."""
+    return sum(
+        m.in_features + m.out_features
+        for m in module.modules()
+        if isinstance(m, torch.nn.Linear) and not _is_lora_factor(m)
+    )
+
+
+def _is_lora_factor(module: torch.nn.Module) -> bool:
+    return getattr(module, "_is_lora_factor", False)
+
+
+def activation_bytes(module: torch.nn.Module, tokens: int, compute_bytes: int, checkpointing: bool) -> int:
+    """The estimate of the module docstring, for `tokens` tokens through every block of `module`."""
+    found = blocks(module)
+    if not found:
+        return int(tokens * linear_width(module) * compute_bytes * ACTIVATION_FACTOR)
+    widths = [linear_width(block) for block in found]
+    if checkpointing:
+        hidden = next(m.in_features for m in found[0].modules() if isinstance(m, torch.nn.Linear))
+        per_token = len(found) * hidden + max(widths) * ACTIVATION_FACTOR
+    else:
+        per_token = sum(widths) * ACTIVATION_FACTOR
+    return int(tokens * per_token * compute_bytes)
+
+
+def _mark_lora_factors(module: torch.nn.Module) -> None:
+    """Mark PEFT's lora_A / lora_B Linears: their activations (rank-wide) are left out."""
+    for name, m in module.named_modules():
+        if isinstance(m, torch.nn.Linear) and re.search(r"\.lora_(A|B)\.", name + "."):
+            m._is_lora_factor = True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bytes of the training state
+
+
+@dataclass
+class TrainedModule:
+    module: torch.nn.Module  # on the meta device, trained parameters requiring grad
+    weight_dtype: torch.dtype  # of the trained module's frozen weights (and of trained ones under full FT)
+
+
+def state_bytes(
+    module: torch.nn.Module, backend: str, processes: int, mixed: bool
+) -> tuple[dict[str, int], int, int]:
+    """{trained weights, gradients, optimizer, frozen in module} per device, and the trained and frozen counts."""
+    trained, trained_bytes = count(module, True)
+    frozen, frozen_bytes = count(module, False)
+    deepspeed = backend in ("zero2", "zero3")
+    if deepspeed and mixed:  # the engine casts the module to 16 bits; fp32 master + moments
+        trained_bytes, frozen_bytes = 2 * trained, 2 * frozen
+        grads, optimizer = 2 * trained, 12 * trained
+    elif backend == "fsdp" and mixed:  # accelerate upcasts to float32 for FSDP's mixed precision
+        trained_bytes = 4 * trained
+        grads, optimizer = 4 * trained, 8 * trained
+    else:
+        grads, optimizer = trained_bytes, 2 * trained_bytes
+    shard_params = processes if backend in ("zero3", "fsdp") else 1
+    shard_state = processes if backend != "ddp" else 1
+    parts = {
+        "trained weights": trained_bytes // shard_params,
+        "gradients": grads // shard_state,
+        "optimizer (AdamW)": optimizer // shard_state,
+        "frozen: trained module": frozen_bytes // shard_params,
+    }
+    return parts, trained, frozen
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Language models (sft, grpo)
+
+
+def meta_language_model(job) -> tuple[torch.nn.Module, Any, bool]:
+    """The job's model as `models.load_model` builds it, on the meta device, frozen and with its LoRA."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    from transformers_cosmos3 import Reasoner, reasoner_class
+
+    from .models import freeze, lora_config
+
+    section = job.config.model
+    config = AutoConfig.from_pretrained(section.name_or_path, trust_remote_code=section.trust_remote_code)
+    if section.dtype == "auto":
+        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    else:
+        dtype = getattr(torch, section.dtype)
+    if config.model_type in set(Reasoner):
+        build, is_vlm = reasoner_class(config)._from_config, True
+    elif config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        build, is_vlm = AutoModelForImageTextToText.from_config, True
+    else:
+        build, is_vlm = AutoModelForCausalLM.from_config, False
+    with torch.device("meta"):
+        model = build(config, dtype=dtype, trust_remote_code=section.trust_remote_code)
+    freeze(model, section.freeze)
+    lora = getattr(job.config, "lora", None)
+    if lora is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, lora_config(lora, is_vlm))
+    return model, config, is_vlm
+
+
+def estimate_language(job, processes: int, backend: str) -> Estimate:
+    args = job.args
+    model, config, _ = meta_language_model(job)
+    _mark_lora_factors(model)
+    mixed = mixed_precision(job)
+    parts, trained, frozen = state_bytes(model, backend, processes, mixed)
+    estimate = Estimate(
+        job.source,
+        job.kind.name,
+        backend,
+        processes,
+        getattr(job.config, "lora", None) is not None,
+        {"trained": trained, "frozen": frozen},
+        parts=parts,
+        overlap=args.gradient_accumulation_steps == 1,
+    )
+    total_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    beta = getattr(args, "beta", 0.0) or 0.0
+    if job.kind.name == "grpo" and beta > 0 and not estimate.lora:
+        estimate.parts["copies: reference model"] = total_bytes // (
+            processes if backend in ("zero3", "fsdp") else 1
+        )
+    compute_bytes = 2 if mixed else BYTES.get(next(model.parameters()).dtype, 4)
+    batch = args.per_device_train_batch_size
+    if job.kind.name == "grpo":
+        length = PROMPT_TOKENS + args.max_completion_length
+        estimate.notes.append(f"GRPO: {PROMPT_TOKENS} prompt tokens assumed per completion")
+    else:
+        length = args.max_length or job.config.data.max_length
+    tokens = batch * length
+    checkpointing = bool(args.gradient_checkpointing or getattr(args, "activation_checkpointing", False))
+    text = getattr(config, "text_config", None) or config
+    activations = activation_bytes(model, tokens, compute_bytes, checkpointing)
+    activations += tokens * text.vocab_size * (compute_bytes + 8)
+    if job.kind.name == "grpo":  # generation's KV cache, no-grad: whichever is larger
+        kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        kv_cache = batch * length * text.num_hidden_layers * 2 * kv_heads * head_dim * compute_bytes
+        activations = max(activations, kv_cache)
+    estimate.parts["activations"] = activations
+    estimate.notes.append(
+        f"activations: {batch} x {length} tokens, {compute_bytes}-byte compute, "
+        f"gradient checkpointing {'on' if checkpointing else 'off'}"
+    )
+    return estimate
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diffusion pipelines (diffusion-sft, nft, flow-grpo, ddrl)
+
+
+def meta_pipeline(section) -> dict[str, torch.nn.Module]:
+    """The pipeline's torch modules by component name, built on the meta device from their configs (the frozen
+    ones in `[model] dtype`, the transformer in float32, as `diffusion.loading.load_adapter` loads them)."""
+    from transformers import AutoConfig, PreTrainedModel
+
+    from .model_sources import model_file, read_json
+
+    where = "[model] name_or_path"
+    index = read_json(
+        model_file(section.name_or_path, "model_index.json", where, "a diffusers pipeline"), where
+    )
+    dtype = getattr(torch, section.dtype)
+    modules = {}
+    for name, spec in index.items():
+        if name.startswith("_") or not isinstance(spec, list) or len(spec) != 2 or None in spec:
+            continue
+        library, class_name = spec
+        try:
+            cls = getattr(importlib.import_module(library), class_name)
+        except (ImportError, AttributeError):
+            continue
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+            continue
+        folder = model_file(section.name_or_path, f"{name}/config.json", where, "a diffusers pipeline").parent
+        with torch.device("meta"):
+            if issubclass(cls, PreTrainedModel):
+                config = AutoConfig.from_pretrained(folder, trust_remote_code=section.trust_remote_code)
+                module = cls._from_config(config)
+            else:
+                module = cls.from_config(cls.load_config(folder))
+        modules[name] = module.to(torch.float32 if name == "transformer" else dtype)
+    return modules
+
+
+def _config(module) -> dict:
+    config = getattr(module, "config", {})
+    return dict(config) if not hasattr(config, "to_dict") else config.to_dict()
+
+
+def latent_tokens(modules: dict, height: int, width: int, frames: int | None) -> int:
+    """Tokens of one sample in the transformer: the latent grid over the VAE's compression and the patch size."""
+    vae = _config(modules.get("vae"))
+    spatial = vae.get("spatial_compression_ratio") or vae.get("scale_factor_spatial")
+    if not spatial:
+        down = vae.get("block_out_channels") or vae.get("dim_mult") or ()
+        spatial = 2 ** (len(down) - 1) if down else 8
+    temporal = vae.get("temporal_compression_ratio") or vae.get("scale_factor_temporal") or 4
+    patch = _config(modules["transformer"]).get("patch_size") or 1
+    patch_t, patch_h, patch_w = (1, patch, patch) if isinstance(patch, int) else tuple(patch)[-3:]
+    latent_frames = 1 if not frames else (frames - 1) // temporal + 1
+    return max(1, latent_frames // patch_t) * (height // spatial // patch_h) * (width // spatial // patch_w)
+
+
+def estimate_diffusion(job, processes: int, backend: str) -> Estimate:
+    config, args = job.config, job.args
+    adapter_class = config.model.adapter_class()
+    modules = meta_pipeline(config.model)
+    transformer = modules["transformer"]
+    lora = getattr(config, "lora", None)
+    if lora is not None:
+        from peft import LoraConfig, inject_adapter_in_model
+
+        transformer.requires_grad_(False)
+        targets = (
+            list(adapter_class.lora_target_modules) if lora.target_modules is None else lora.target_modules
+        )
+        inject_adapter_in_model(
+            LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=targets), transformer
+        )
+        _mark_lora_factors(transformer)
+    else:  # the family's own rule (Cosmos3: the generator only)
+        adapter_class.prepare_full_finetuning(SimpleNamespace(transformer=transformer))
+    mixed = mixed_precision(job)
+    parts, trained, frozen = state_bytes(transformer, backend, processes, mixed)
+    copy_bytes = 4 * trained  # the copies clone the float32 trained parameters, on every process
+    others = {name: module for name, module in modules.items() if name != "transformer"}
+    estimate = Estimate(
+        job.source,
+        job.kind.name,
+        backend,
+        processes,
+        lora is not None,
+        {
+            "trained": trained,
+            "frozen": frozen + sum(count(m, False)[0] + count(m, True)[0] for m in others.values()),
+        },
+        parts=parts,
+        overlap=args.gradient_accumulation_steps == 1,
+    )
+    section = getattr(config, "diffusion", None) or getattr(config, job.kind.name, None)
+    if getattr(section, "ema_decay", None):
+        estimate.parts["copies: EMA"] = copy_bytes
+    if job.kind.name == "nft":
+        estimate.parts["copies: old policy"] = copy_bytes
+    kl_beta = getattr(section, "kl_beta", 0.0) or 0.0
+    if job.kind.name != "diffusion-sft" and kl_beta > 0 and lora is None:
+        estimate.parts["copies: KL reference"] = copy_bytes
+    for name, module in others.items():
+        estimate.parts[f"frozen: {name}"] = sum(p.numel() * p.element_size() for p in module.parameters())
+    # One training forward's samples and size.
+    if job.kind.name == "diffusion-sft":
+        samples = args.per_device_train_batch_size
+        height, width, frames = config.data.height, config.data.width, config.data.num_frames
+        text = (getattr(config.diffusion, "max_sequence_length", None)) or TEXT_TOKENS
+    else:
+        rollout = config.rollout
+        samples = rollout.train_batch_size
+        defaults = adapter_class.rl_sample_defaults
+        height = rollout.height or defaults.get("height") or 512
+        width = rollout.width or rollout.height or defaults.get("width") or height
+        frames = getattr(rollout, "num_frames", None)
+        text = config.max_sequence_length() or TEXT_TOKENS
+    tokens = samples * (latent_tokens(modules, height, width, frames) + text)
+    compute_bytes = 2 if mixed else 4
+    checkpointing = bool(args.gradient_checkpointing)
+    estimate.parts["activations"] = activation_bytes(transformer, tokens, compute_bytes, checkpointing)
+    estimate.notes.append(
+        f"activations: {samples} sample(s) of {height} x {width}{f' x {frames} frames' if frames else ''} "
+        f"+ {text} text tokens = {tokens} tokens, {compute_bytes}-byte compute, "
+        f"gradient checkpointing {'on' if checkpointing else 'off'}"
+    )
+    return estimate
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def read_job(path, overrides: list[str] | None = None):
+    """The job and its `[launch] backend`. The job is read as a DDP one: reading a ZeRO job sets DeepSpeed up
+    (a process group, and ZeRO-3's partitioned model construction), and an FSDP one is refused on a machine
+    without GPUs; the estimate only needs the backend's name."""
+    from pathlib import Path
+
+    from .config import apply_overrides, read_toml
+    from .jobs import read_job as read
+
+    data = apply_overrides(read_toml(Path(path)), list(overrides or []))
+    backend = (data.get("launch") or {}).get("backend", "ddp")
+    job = read(path, [*(overrides or []), "launch.backend=ddp"])
+    return job, backend
+
+
+def mixed_precision(job) -> bool:
+    """bf16/fp16 as on a GPU: the job's `[train]` value when it sets one, else the kind's default there (TRL's
+    configs: bf16; transformers' `TrainingArguments`, the diffusion kinds: off). On a machine without GPUs the
+    job reads with bf16 off, which is not what a GPU run gets."""
+    given = job.config.train.model_dump(exclude_unset=True)
+    if "bf16" in given or "fp16" in given:
+        return bool(given.get("bf16") or given.get("fp16"))
+    return job.kind.family == "language"
+
+
+def estimate(job, processes: int = 1, backend: str | None = None) -> Estimate:
+    """The estimate for a read job (`read_job`) on `processes` processes (devices) under `backend` (default: the
+    job's)."""
+    if processes < 1:
+        raise ValueError(f"--processes must be at least 1, got {processes}")
+    backend = backend or job.config.launch.backend
+    if job.kind.family == "diffusion":
+        return estimate_diffusion(job, processes, backend)
+    return estimate_language(job, processes, backend)
+
+
+def parse_size(text: str) -> int:
+    """'80GB' / '80GiB' / '80G' / '85899345920' -> bytes (GB and G are taken as GiB, as GPUs are sold)."""
+    found = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(I?B)?\s*", text.upper())
+    if not found:
+        raise ValueError(f"cannot read a memory size from {text!r} (e.g. 80GB)")
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[found.group(2)]
+    return int(float(found.group(1)) * scale)
+
+
+def to_json(estimates: list[Estimate], device_memory: int | None) -> str:
+    return json.dumps([e.as_dict(device_memory) for e in estimates], indent=1)
