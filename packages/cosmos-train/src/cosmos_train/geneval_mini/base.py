@@ -16,7 +16,6 @@ How it is built, in order:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..checksums import check_sums, write_sums
 from .domain import (
     NUMBERS,
     RELATIONS,
@@ -41,7 +41,6 @@ from .domain import (
 
 LATENT_CHANNELS = 16  # as SD3's VAE: 2 x 2 pixels x 3 colours fit in 16 channels without loss
 TEXT_TOKENS = 16  # the longest caption is 11 words; CLIP and T5 both read 16 tokens
-SUMS = "SHA256SUMS"
 
 
 def word_tokenizer(vocabulary: Vocabulary):
@@ -248,32 +247,7 @@ def load_vocabulary(folder: str | Path) -> Vocabulary:
     return Vocabulary(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != SUMS)
-
-
-def write_sums(folder: str | Path) -> Path:
-    folder = Path(folder)
-    lines = [
-        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(folder).as_posix()}"
-        for p in _files(folder)
-    ]
-    (folder / SUMS).write_text("\n".join(lines) + "\n")
-    return folder / SUMS
-
-
 def check_base(folder: str | Path) -> None:
-    """Raise ValueError naming the first file whose SHA-256 differs from `SHA256SUMS` (or that is missing or
-    extra): the shipped weights are the ones the benchmark's figures were measured on."""
-    folder = Path(folder)
-    if not (folder / SUMS).is_file():
-        raise ValueError(f"{folder}: no {SUMS}; rebuild with benchmarks/geneval_mini.py --rebuild-base")
-    expected = dict(line.split("  ", 1)[::-1] for line in (folder / SUMS).read_text().splitlines() if line)
-    present = {p.relative_to(folder).as_posix() for p in _files(folder)}
-    for name in sorted(present | set(expected)):
-        if name not in expected:
-            raise ValueError(f"{folder / name}: not listed in {SUMS}")
-        if name not in present:
-            raise ValueError(f"{folder / name}: missing (listed in {SUMS})")
-        if hashlib.sha256((folder / name).read_bytes()).hexdigest() != expected[name]:
-            raise ValueError(f"{folder / name}: SHA-256 differs from {SUMS}")
+    """Raise ValueError naming the first file that differs from the folder's `SHA256SUMS`: the shipped weights
+    are the ones the benchmark's figures were measured on."""
+    check_sums(folder, rebuild="benchmarks/geneval_mini.py --rebuild-base")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from trl import GRPOConfig
 
 from ..config import (
@@ -46,6 +46,32 @@ class GRPORolloutSection(Section):
     )
 
 
+class GRPOEvalSection(PromptData):
+    """`[eval]`: held-out prompts answered by the model being trained, before training and every `every` steps,
+    scored by the job's rewards through TRL's evaluation (`eval_reward`, `eval_rewards/<reward>/mean` in the
+    logs). Greedy by default: held-out accuracy, as papers report it."""
+
+    split: str = Field("test", description="hf: the dataset split.")
+    every: int = Field(
+        10, gt=0, description="Evaluate every this many optimizer steps (and before training)."
+    )
+    greedy: bool = Field(True, description="Greedy answers; false samples them as training does.")
+    samples_per_prompt: int = Field(
+        1, gt=0, description="Answers per prompt (1 when greedy: they would all be the same)."
+    )
+    batch_size: int = Field(64, gt=0, description="Answers per process per evaluation batch.")
+
+    @model_validator(mode="after")
+    def _greedy_answers_once(self):
+        if self.greedy and self.samples_per_prompt != 1:
+            raise ValueError(
+                "greedy evaluation answers each prompt once: set samples_per_prompt = 1 or greedy = false"
+            )
+        if self.batch_size % self.samples_per_prompt:
+            raise ValueError("batch_size must be a multiple of samples_per_prompt (whole groups per batch)")
+        return self
+
+
 GRPOTrainSection = trainer_section(
     GRPOConfig,
     name="GRPOTrainSection",
@@ -72,6 +98,9 @@ class GRPOJob(JobSchema):
     data: PromptData
     rewards: RewardTable = Field(min_length=1, description="Text rewards and their weights.")
     rollout: GRPORolloutSection = GRPORolloutSection()
+    eval: GRPOEvalSection | None = Field(
+        None, description="Held-out prompts answered (greedily by default) and scored by the job's rewards."
+    )
     train: GRPOTrainSection
 
     @field_validator("rewards")
@@ -86,6 +115,8 @@ class GRPOJob(JobSchema):
         from ..data import load_prompts
 
         load_prompts(self.data)
+        if self.eval is not None:
+            load_prompts(self.eval)
 
     def training_arguments(self, source: str) -> GRPOConfig:
         forced: dict[str, Any] = {
@@ -95,6 +126,14 @@ class GRPOJob(JobSchema):
             "remove_unused_columns": False,
             **backend_arguments(self.launch.backend),
         }
+        if self.eval is not None:
+            forced |= {
+                "eval_strategy": "steps",
+                "eval_steps": self.eval.every,
+                "eval_on_start": True,
+                "num_generations_eval": self.eval.samples_per_prompt,
+                "per_device_eval_batch_size": self.eval.batch_size,
+            }
         arguments = build_training_arguments(
             GRPOConfig,
             self.train,

@@ -26,6 +26,7 @@ What `CosmosGRPOTrainer` adds to TRL's trainer:
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,13 +87,21 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
     """
 
     def __init__(
-        self, *args, data: PromptData | None = None, rollout: GRPORolloutSection | None = None, **kwargs
+        self,
+        *args,
+        data: PromptData | None = None,
+        rollout: GRPORolloutSection | None = None,
+        greedy_eval: bool = False,
+        **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.prompt_data = data
         self.rollout = rollout or GRPORolloutSection()
+        self.greedy_eval = greedy_eval
         self._forward_media: list[dict[str, Any]] | None = None  # per-row media of the batch being scored
         self._last_rewards: torch.Tensor | None = None  # gathered rewards of the last rollout
+        # Completion tokens sampled in training so far, on every process, dropped groups included (logged).
+        self.generated_tokens = 0
         if self._is_vlm and not self.use_vllm:
             self._suppress_media_tokens()
 
@@ -117,6 +126,8 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
             inputs = [{**row, "prompt": self._decoded_prompt(row)} for row in inputs]
         try:
             output = super()._generate_and_score_completions(inputs)
+            if self.model.training:
+                self.generated_tokens += int(self.accelerator.gather(output["completion_mask"].sum()).sum())
             if self._forward_media is not None:
                 output["prompt_media"] = self._forward_media
         finally:
@@ -166,6 +177,11 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
     def _generate_single_turn(
         self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
     ):
+        if self.greedy_eval and not self.model.training:
+            with self._greedy_generation():
+                return super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+                )
         group = _repeat_length(prompt_ids)
         if (
             not self.rollout.shared_prompt
@@ -179,6 +195,17 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
         return self._shared_prompt_rollout(prompt_ids, group)
+
+    @contextlib.contextmanager
+    def _greedy_generation(self) -> Iterator[None]:
+        """TRL samples in evaluation too; `[eval] greedy` answers with the most likely tokens."""
+        sampling = self.generation_config
+        self.generation_config = copy.deepcopy(sampling)
+        self.generation_config.update(do_sample=False, temperature=None, top_p=None, top_k=None, min_p=None)
+        try:
+            yield
+        finally:
+            self.generation_config = sampling
 
     def _shared_prompt_rollout(self, prompt_ids: list[list[int]], group: int):
         """Prefill each distinct prompt once, then sample its `group` completions from copies of its cache.
@@ -252,6 +279,8 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         # Logged prompts keep their media placeholders, not the decoded frames (not serialisable).
         prompts = self._logs["prompt"]
         self._logs["prompt"] = type(prompts)((_placeholders(p) for p in prompts), maxlen=prompts.maxlen)
+        if self.model.training:
+            logs["generated_tokens"] = self.generated_tokens
         super().log(logs, start_time)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -349,7 +378,11 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         resume on a fresh rollout, out of phase. Keep the counter, and the buffer while it is still in use."""
         super()._save_extra_state(checkpoint)
         inside_cycle = self._step % (self.args.steps_per_generation * self.num_iterations) != 0
-        state = {"step": self._step, "buffer": self._buffered_inputs if inside_cycle else None}
+        state = {
+            "step": self._step,
+            "buffer": self._buffered_inputs if inside_cycle else None,
+            "generated_tokens": self.generated_tokens,
+        }
         torch.save(state, checkpoint / _ROLLOUT_STATE.format(self.accelerator.process_index))
 
     def _load_optimizer_and_scheduler(self, checkpoint) -> None:
@@ -360,6 +393,7 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         if path.is_file():  # absent from checkpoints of earlier versions: resumed as TRL resumes
             state = torch.load(path, map_location=self.accelerator.device, weights_only=True)
             self._step, self._buffered_inputs = state["step"], state["buffer"]
+            self.generated_tokens = state.get("generated_tokens", 0)
 
     # --- dynamic sampling (DAPO) -----------------------------------------------------------------------
 
@@ -569,8 +603,13 @@ def build_grpo_trainer(job: Job, callbacks: list | None = None) -> CosmosGRPOTra
     loaded = load_model(config.model)
     dataset, report = load_prompts(config.data)
     logger.info("training on %d prompts (%d skipped)", report.kept, report.skipped)
+    held_out = None
+    if config.eval is not None:
+        held_out, report = load_prompts(config.eval)
+        logger.info("evaluating on %d held-out prompts (%d skipped)", report.kept, report.skipped)
     if not loaded.is_vision_language:
         dataset = _text_only(dataset)
+        held_out = held_out if held_out is None else _text_only(held_out)
     elif job.args.use_vllm and any(videos for videos in dataset["prompt_videos"]):
         raise ConfigError(
             f"{job.source}: [train] use_vllm: TRL's vLLM rollouts take images only, and {config.data.path} has "
@@ -581,11 +620,13 @@ def build_grpo_trainer(job: Job, callbacks: list | None = None) -> CosmosGRPOTra
         reward_funcs=rewards,
         args=job.args,
         train_dataset=dataset,
+        eval_dataset=held_out,
         processing_class=loaded.processing_class,
         peft_config=lora_config(config.lora, loaded.is_vision_language) if config.lora else None,
         callbacks=callbacks,
         data=config.data,
         rollout=config.rollout,
+        greedy_eval=config.eval is not None and config.eval.greedy,
     )
 
 
