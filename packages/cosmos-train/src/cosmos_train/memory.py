@@ -408,7 +408,9 @@ def estimate_diffusion(job, processes: int, backend: str) -> Estimate:
         text = config.max_sequence_length() or TEXT_TOKENS
     tokens = samples * (latent_tokens(modules, height, width, frames) + text)
     compute_bytes = 2 if mixed else 4
-    checkpointing = bool(args.gradient_checkpointing)
+    checkpointing = bool(
+        config.train.gradient_checkpointing
+    )  # the trainer's own switch (not TrainingArguments')
     estimate.parts["activations"] = activation_bytes(transformer, tokens, compute_bytes, checkpointing)
     estimate.notes.append(
         f"activations: {samples} sample(s) of {height} x {width}{f' x {frames} frames' if frames else ''} "
