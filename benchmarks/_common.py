@@ -39,3 +39,60 @@ def write_results(name: str, data: dict) -> Path:
     path.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {path}")
     return path
+
+
+def write_payload(out: Path, payload: dict) -> Path:
+    """`payload` as JSON at `out`: through `write_results` (with the machine) when `out` is under `RESULTS`."""
+    if out.parent == RESULTS:
+        return write_results(out.stem, payload)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {out}")
+    return out
+
+
+def first_reaching(curve: list[dict], target: float, key: str, score: str) -> float | None:
+    """`key` of the first point of `curve` whose `score` is at least `target`, or None."""
+    return next((point[key] for point in curve if point[score] >= target), None)
+
+
+def plot_curves(
+    path: Path,
+    curves: dict[str, list[list[dict]]],
+    colors: dict[str, str],
+    axes_keys: tuple[tuple[str, str], ...],
+    score: tuple[str, str],
+    base: float,
+    target: float,
+) -> None:
+    """One panel per (key, label) of `axes_keys`: every run's `score` against that key, one colour per name
+    (seeds share it), with the base's score and the target as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    score_key, score_label = score
+    figure, axes = pyplot.subplots(1, len(axes_keys), figsize=(5.5 * len(axes_keys), 4), dpi=100)
+    for name, runs in curves.items():
+        for index, curve in enumerate(runs):
+            for axis, (key, _) in zip(axes, axes_keys, strict=True):
+                axis.plot(
+                    [p[key] for p in curve],
+                    [p[score_key] for p in curve],
+                    "o-",
+                    ms=3,
+                    alpha=0.8,
+                    color=colors[name],
+                    label=name if index == 0 else None,
+                )
+    for axis, (_, label) in zip(axes, axes_keys, strict=True):
+        axis.axhline(base, color="grey", ls=":", label="base")
+        axis.axhline(target, color="black", ls="--", lw=0.8, label="target")
+        axis.set_xlabel(label)
+        axis.set_ylabel(score_label)
+        axis.grid(alpha=0.3)
+    axes[0].legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, write_results
+from _common import RESULTS, first_reaching, plot_curves, write_payload
 
 from cosmos_train.geneval_mini import TASKS, Vocabulary, write_pairs
 from cosmos_train.geneval_mini.base import build_base, check_base, load_vocabulary
@@ -182,16 +182,12 @@ def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: in
     return curve, folder
 
 
-def first_reaching(curve: list[dict], target: float, key: str) -> float | None:
-    return next((point[key] for point in curve if point["overall"] >= target), None)
-
-
 def summarise(curves: list[list[dict]], target: float) -> dict:
     """Held-out scores at the budget (mean and spread over seeds), and rollouts / seconds to `target`."""
     finals = [curve[-1] for curve in curves]
     overall = [f["overall"] for f in finals]
-    to_target = [first_reaching(c, target, "rollout") for c in curves]
-    seconds = [first_reaching(c, target, "seconds") for c in curves]
+    to_target = [first_reaching(c, target, "rollout", "overall") for c in curves]
+    seconds = [first_reaching(c, target, "seconds", "overall") for c in curves]
     return {
         "overall": statistics.fmean(overall),
         "overall_per_seed": overall,
@@ -228,38 +224,6 @@ def resolve_base(vocabulary: Vocabulary, seed: int, rebuild: bool) -> Path:
         )
     check_base(folder)
     return folder
-
-
-def plot(results: dict, base: float, target: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    figure, axes = pyplot.subplots(1, 2, figsize=(11, 4), dpi=100)
-    for algorithm in ALGORITHMS:
-        for index, curve in enumerate(results[algorithm]["curves"]):
-            label = algorithm if index == 0 else None
-            for axis, key in zip(axes, ("rollout", "seconds"), strict=True):
-                axis.plot(
-                    [p[key] for p in curve],
-                    [p["overall"] for p in curve],
-                    "o-",
-                    ms=3,
-                    alpha=0.8,
-                    color=COLORS[algorithm],
-                    label=label,
-                )
-    for axis, label in zip(axes, ("rollouts", "training seconds (evaluations excluded)"), strict=True):
-        axis.axhline(base, color="grey", ls=":", label="base")
-        axis.axhline(target, color="black", ls="--", lw=0.8, label="target")
-        axis.set_xlabel(label)
-        axis.set_ylabel("GenEval-mini held-out overall")
-        axis.grid(alpha=0.3)
-    axes[0].legend()
-    figure.tight_layout()
-    figure.savefig(path)
-    pyplot.close(figure)
 
 
 def sample_grid(runs: dict[str, Path], base: Path, test: list[dict], path: Path) -> None:
@@ -364,7 +328,15 @@ def main() -> None:
     steps_nft = [r for r in results["nft"]["rollouts_to_target"] if r is not None]
     steps_grpo = [r for r in results["flow_grpo"]["rollouts_to_target"] if r is not None]
     out_png = args.out.with_suffix(".png")
-    plot(results, base_score, target, out_png)
+    plot_curves(
+        out_png,
+        {name: results[name]["curves"] for name in ALGORITHMS},
+        COLORS,
+        (("rollout", "rollouts"), ("seconds", "training seconds (evaluations excluded)")),
+        ("overall", "GenEval-mini held-out overall"),
+        base_score,
+        target,
+    )
     sample_grid(folders, base, test, args.out.with_name(args.out.stem + "_samples.png"))
     payload = {
         "vocabulary": vocabulary.as_dict(),
@@ -381,13 +353,7 @@ def main() -> None:
             statistics.median(steps_grpo) / statistics.median(steps_nft) if steps_nft and steps_grpo else None
         ),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    if args.out.parent == RESULTS:
-        write_results(args.out.stem, payload)
-    else:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(payload, indent=2) + "\n")
-        print(f"wrote {args.out}")
+    write_payload(args.out, payload)
     print(table(payload))
 
 

@@ -8,13 +8,12 @@ gain would assert something the measurements do not show."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
+from benchmark_helpers import load_benchmark
 
 from cosmos_train.geneval_mini import TASKS
 from cosmos_train.geneval_mini.base import check_base, load_vocabulary
@@ -26,19 +25,6 @@ ROLLOUTS = 2
 # The base's held-out GenEval-mini overall (mean of the task means; 34 prompts x 4 samples, 20 steps, no CFG,
 # seeds 1000 + i), as `benchmarks/geneval_mini.py` measured it at step 0 of every run.
 BASE_HELD_OUT = 0.192
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location(
-        "geneval_mini_benchmark", REPO / "benchmarks" / "geneval_mini.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    return module
 
 
 def test_the_shipped_base_is_the_one_the_figures_were_measured_on(tmp_path):
@@ -62,7 +48,7 @@ def held_out(history: list[dict]) -> list[float]:
 
 
 def test_the_benchmark_recipe_scores_each_task_from_the_base(tmp_path):
-    benchmark = _benchmark()
+    benchmark = load_benchmark("geneval_mini")
     vocabulary = load_vocabulary(SHIPPED)
     job = benchmark.job(
         "nft", SHIPPED, tmp_path, vocabulary, seed=0, rollouts=ROLLOUTS, lr=benchmark.LEARNING_RATE
