@@ -54,8 +54,8 @@ import torch
 GIB = 1 << 30
 # What a block saves beyond its Linears' inputs and outputs (norms, activations, rotary, attention statistics), as a
 # multiple of them: measured about 1.45 on an H200 (bf16, Qwen3-1.7B shapes, SFT without checkpointing,
-# benchmarks/results/gpu.json) and 1.9 on a CPU (float32, tests/cosmos_train/test_estimate_memory.py, where the
-# attention's math path also keeps its probabilities); 1.7 keeps both within 20%, neither at the edge.
+# benchmarks/results/gpu.json) and 1.9 on a CPU (float32, tests/cosmos_train/test_estimate_memory.py); 1.7 keeps
+# both within 20%, neither at the edge.
 ACTIVATION_FACTOR = 1.7
 PROMPT_TOKENS = 512  # GRPO: prompt tokens assumed per completion (TRL does not cap them)
 TEXT_TOKENS = 256  # diffusion: text tokens assumed when the job does not set max_sequence_length
