@@ -64,6 +64,44 @@ class Guidance:
     batched: bool = True
 
 
+def predict_in_parts(
+    adapter: DiffusionAdapter,
+    transformer: torch.nn.Module,
+    latents: torch.Tensor,
+    sigmas: torch.Tensor,
+    conditioning: dict[str, torch.Tensor],
+    condition_frames: torch.Tensor | None = None,
+    timesteps: torch.Tensor | None = None,
+    max_rows: int | None = None,
+) -> torch.Tensor:
+    """`adapter.predict_velocity` in transformer calls of at most `max_rows` rows (None: one call), so sampling a
+    large rollout holds one part's activations at a time. Per-row tensors (first dimension = rows) are cut; a
+    conditioning tensor shared by all rows goes whole to every call."""
+    rows = latents.shape[0]
+    if max_rows is None or rows <= max_rows:
+        return adapter.predict_velocity(
+            transformer, latents, sigmas, conditioning, condition_frames=condition_frames, timesteps=timesteps
+        )
+
+    def rows_of(value: torch.Tensor | None, part: slice) -> torch.Tensor | None:
+        return value[part] if value is not None and value.dim() and value.shape[0] == rows else value
+
+    parts = []
+    for start in range(0, rows, max_rows):
+        part = slice(start, start + max_rows)
+        parts.append(
+            adapter.predict_velocity(
+                transformer,
+                latents[part],
+                sigmas[part],
+                {key: rows_of(value, part) for key, value in conditioning.items()},
+                condition_frames=rows_of(condition_frames, part),
+                timesteps=rows_of(timesteps, part),
+            )
+        )
+    return torch.cat(parts)
+
+
 def velocity(
     adapter: DiffusionAdapter,
     transformer: torch.nn.Module,
@@ -73,16 +111,18 @@ def velocity(
     guidance: Guidance | None = None,
     timestep: torch.Tensor | float | None = None,
     condition_frames: torch.Tensor | None = None,
+    max_rows: int | None = None,
 ) -> torch.Tensor:
     """The (guided) velocity at `latents`, all rows at noise level `sigma`, which the pipeline's scheduler calls
-    `timestep` (fed to the transformer when given); `condition_frames` (video families) as `predict_velocity`."""
+    `timestep` (fed to the transformer when given); `condition_frames` (video families) as `predict_velocity`.
+    `max_rows` caps the rows of one transformer call (`predict_in_parts`; a batched guided call counts both)."""
     rows = latents.shape[0]
     sigmas = torch.as_tensor(sigma, device=latents.device, dtype=torch.float32).expand(rows)
     timesteps = None if timestep is None else torch.as_tensor(timestep, device=latents.device).expand(rows)
 
     def predict(x, levels, rows_conditioning, frames, steps) -> torch.Tensor:
-        return adapter.predict_velocity(
-            transformer, x, levels, rows_conditioning, condition_frames=frames, timesteps=steps
+        return predict_in_parts(
+            adapter, transformer, x, levels, rows_conditioning, frames, steps, max_rows
         ).float()
 
     if guidance is None or guidance.scale == 1.0:
@@ -112,27 +152,44 @@ def ode_sample(
     grid: NoiseGrid,
     solver: str = "dpm2",
     guidance: Guidance | None = None,
+    max_rows: int | None = None,
 ) -> torch.Tensor:
-    """Integrate the flow ODE on `grid` from `noise` to clean latents."""
+    """Integrate the flow ODE on `grid` from `noise` to clean latents, `max_rows` rows per transformer call."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver '{solver}'; expected one of {', '.join(SOLVERS)}")
     x = noise.float()
     if solver == "pipeline":
         scheduler = copy.deepcopy(grid.scheduler)
         for index, timestep in enumerate(grid.timesteps):
-            v = velocity(adapter, transformer, x, grid.sigmas[index], conditioning, guidance, timestep)
+            v = velocity(
+                adapter,
+                transformer,
+                x,
+                grid.sigmas[index],
+                conditioning,
+                guidance,
+                timestep,
+                max_rows=max_rows,
+            )
             x = scheduler.step(v, timestep, x, return_dict=False)[0]
         return x
     sigmas, previous = grid.sigmas, None
     for index, timestep in enumerate(grid.timesteps):
         sigma, sigma_next = sigmas[index], sigmas[index + 1]
-        v = velocity(adapter, transformer, x, sigma, conditioning, guidance, timestep)
+        v = velocity(adapter, transformer, x, sigma, conditioning, guidance, timestep, max_rows=max_rows)
         if solver == "euler" or (solver == "heun" and sigma_next == 0):
             x = x + (sigma_next - sigma) * v
         elif solver == "heun":
             euler = x + (sigma_next - sigma) * v
             v_next = velocity(
-                adapter, transformer, euler, sigma_next, conditioning, guidance, grid.timesteps[index + 1]
+                adapter,
+                transformer,
+                euler,
+                sigma_next,
+                conditioning,
+                guidance,
+                grid.timesteps[index + 1],
+                max_rows=max_rows,
             )
             x = x + (sigma_next - sigma) * (v + v_next) / 2
         else:

@@ -26,7 +26,7 @@ import math
 import torch
 
 from ..diffusion.flow import add_noise, keep_clean_frames, per_row, sample_sigmas
-from ..diffusion.sampling import ab2_step, churn_eta, to_edm, to_flow
+from ..diffusion.sampling import ab2_step, churn_eta, predict_in_parts, to_edm, to_flow
 from .diffusion_rl import DiffusionRLTrainer
 from .flow_grpo_trainer import clipped_policy_loss
 
@@ -121,7 +121,14 @@ class DDRLTrainer(DiffusionRLTrainer):
         return (torch.arange(frames) < count).expand(latents.shape[0], frames).to(latents.device)
 
     def x0_prediction(
-        self, transformer, x: torch.Tensor, s: float, conditioning, clean: torch.Tensor, frames
+        self,
+        transformer,
+        x: torch.Tensor,
+        s: float,
+        conditioning,
+        clean: torch.Tensor,
+        frames,
+        max_rows: int | None = None,
     ) -> torch.Tensor:
         """The data prediction at EDM state `x` and level `s`: the flow model at sigma = s / (1 + s) on
         x / (1 + s), clean frames given their data latents (so their x0 is the data's)."""
@@ -129,8 +136,10 @@ class DDRLTrainer(DiffusionRLTrainer):
         sigmas = torch.full((x.shape[0],), sigma, device=x.device)
         flow_x = x / (1 + s)
         flow_x = keep_clean_frames(flow_x, clean, frames)
-        v = self.adapter.predict_velocity(transformer, flow_x, sigmas, conditioning, frames).float()
-        return flow_x - sigma * v
+        v = predict_in_parts(
+            self.adapter, transformer, flow_x, sigmas, conditioning, frames, max_rows=max_rows
+        )
+        return flow_x - sigma * v.float()
 
     @torch.no_grad()
     def rollout(self, prompts, metadata, batch):
@@ -146,13 +155,13 @@ class DDRLTrainer(DiffusionRLTrainer):
         conditioning = {key: value.repeat_interleave(k, 0) for key, value in conditioning.items()}
         noise = self.noise(len(prompts), self.ddrl.use_same_seed)  # unit noise; x_T = 200 * noise
         levels = self.edm_levels()
-        transformer = self.model
+        transformer, rows = self.model, self.rollout_config.sampling_batch_size
         x, previous, steps = noise * levels[0], None, {}
         wanted = set(self.trained) | {i + 1 for i in self.trained}  # trained steps and their next states
         for i in range(self.sampling_steps):
             s_hat = levels[i] * (1 + self.eta)
             x = x + math.sqrt(s_hat**2 - levels[i] ** 2) * torch.randn_like(x)  # churn
-            x0 = self.x0_prediction(transformer, x, s_hat, conditioning, clean, frames)
+            x0 = self.x0_prediction(transformer, x, s_hat, conditioning, clean, frames, rows)
             mu = ab2_step(x.double(), s_hat, levels[i + 1], x0.double(), previous).float()
             if i in wanted:
                 steps[i] = {
@@ -163,7 +172,7 @@ class DDRLTrainer(DiffusionRLTrainer):
                     "previous": previous,
                 }
             previous, x = (x0.double(), s_hat), mu
-        final = self.x0_prediction(transformer, x, levels[-1], conditioning, clean, frames)
+        final = self.x0_prediction(transformer, x, levels[-1], conditioning, clean, frames, rows)
         for i in self.trained:  # x' of step i: step i + 1's churned state (the last step's: the clean sample)
             steps[i]["sample"] = steps[i + 1]["x"] if i + 1 < self.sampling_steps else final
         return {

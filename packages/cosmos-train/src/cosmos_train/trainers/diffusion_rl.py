@@ -205,7 +205,8 @@ class DiffusionRLTrainer(DiffusionTrainer):
         self, latents: torch.Tensor, prompts: list[str], metadata: list[dict]
     ) -> dict[str, torch.Tensor]:
         """Decode and score with every reward: {reward name: float64 scores per row}."""
-        media = to_uint8_media(self.adapter.decode_latents(latents)).cpu().numpy()
+        parts = latents.split(self.rollout_config.sampling_batch_size or len(latents))
+        media = torch.cat([to_uint8_media(self.adapter.decode_latents(part)).cpu() for part in parts]).numpy()
         scores = score_media(self.rewards, media, prompts, metadata)
         for name, values in scores.items():
             self._metrics[f"rewards/{name}"].append(values.mean().item())

@@ -58,6 +58,12 @@ class RolloutSection(Section):
         gt=0,
         description="Optimizer steps per rollout; its chunks of samples are split evenly between them.",
     )
+    sampling_batch_size: int | None = Field(
+        None,
+        gt=0,
+        description="Rows per transformer call while sampling a rollout, and per VAE decode before scoring "
+        "(default: the whole rollout at once); lower it so a large samples_per_prompt fits. The same samples.",
+    )
 
 
 class DiffusionRolloutSection(RolloutSection):

@@ -110,7 +110,16 @@ class FlowGRPOTrainer(DiffusionRLTrainer):
         states, log_probs = [x], {}
         for step in range(self.sampling_steps):
             sigma, sigma_next = sigmas[step], sigmas[step + 1]
-            v = velocity(self.adapter, self.model, x, sigma, conditioning, guidance, grid.timesteps[step])
+            v = velocity(
+                self.adapter,
+                self.model,
+                x,
+                sigma,
+                conditioning,
+                guidance,
+                grid.timesteps[step],
+                max_rows=self.rollout_config.sampling_batch_size,
+            )
             if step in sde_steps:
                 x, log_probs[step] = sde_step(x, v, sigma, sigma_next, self.algorithm.noise_level, sigmas[1])
             else:

@@ -102,6 +102,7 @@ class NFTTrainer(DiffusionRLTrainer):
                 conditioning,
                 grid,
                 self.solver,
+                max_rows=self.rollout_config.sampling_batch_size,
             )
         return {"latents_for_reward": latents, "x0": latents, "conditioning": conditioning, "grid": grid}
 
