@@ -223,3 +223,21 @@ def test_videos_travel_channels_first_and_geneval_records_at_the_top_level(servi
     assert sent["header"]["geneval_tags"] == ["counting", "colors"]
     assert sent["header"]["geneval_includes"] == [r["include"] for r in records]
     assert sent["header"]["metadata"] == records
+
+
+def test_a_media_reward_enqueues_at_submit_and_pulls_when_collected(service):
+    """`MediaReward.submit` on a remote reward: the batch is on the service before anything waits for it, and the
+    collected scores are those of a plain call; a refused batch fails at submit, in one line naming the reward."""
+    from cosmos_train.rewards import MediaReward, RewardError
+    from cosmos_train.rewards.remote import RemoteMediaReward
+
+    images = np.stack([np.full((4, 4, 3), 10), np.full((4, 4, 3), 30)]).astype(np.uint8)
+    reward = MediaReward("bright", 1.0, RemoteMediaReward("bright", client_for(service)))
+    collect = reward.submit(images, ["a", "b"])
+    assert len(service.enqueued) == 1 and not service.received(PULL_PATH)
+    assert collect() == {"bright": [10.0, 30.0]} == reward.scores(images, ["a", "b"])
+    assert service.received(PULL_PATH)
+
+    refused = MediaReward("bright", 1.0, RemoteMediaReward("bright", client_for(service, token="wrong")))
+    with pytest.raises(RewardError, match=r"^reward 'bright': .*401"):
+        refused.submit(images, ["a", "b"])

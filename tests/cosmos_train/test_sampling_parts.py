@@ -124,3 +124,43 @@ def test_each_trainer_samples_its_rollout_in_parts(tmp_path, tiny_pipeline, kind
     trainer.adapter.decode_latents = lambda latents: decoded.append(len(latents)) or original(latents)
     trainer.score(parts, prompts, metadata)
     assert decoded == [3, 3, 2]
+
+
+def test_each_decoded_part_is_submitted_before_any_score_is_awaited(tmp_path, tiny_pipeline):
+    """With a remote reward (a function with `submit` / `fetch`), part i is on its way to the service while part
+    i + 1 decodes; the scores are collected, in row order, only after the last part is submitted."""
+    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
+
+    rollout = {"samples_per_prompt": 4, "sampling_steps": 2, "sampling_batch_size": 3}
+    job = read_job(write_rl_job(tmp_path, tiny_pipeline("sd3"), kind="nft", rollout=rollout))
+    trainer = build_diffusion_rl_trainer(job)
+    events = []
+
+    class Remote:
+        def submit(self, media, prompts, metadata=None):
+            events.append(("submit", len(media)))
+            return [float(m.mean()) for m in media]
+
+        def fetch(self, pending):
+            events.append(("fetch", len(pending)))
+            return pending
+
+        def __call__(self, media, prompts, metadata=None):
+            return self.fetch(self.submit(media, prompts, metadata))
+
+    trainer.rewards[0].function = Remote()
+    decode = trainer.adapter.decode_latents
+    trainer.adapter.decode_latents = lambda latents: (
+        events.append(("decode", len(latents))) or decode(latents)
+    )
+    latents = torch.randn(8, *trainer.latent_shape(), generator=torch.Generator().manual_seed(0))
+    scores = trainer.score(latents, ["red"] * 8, [{}] * 8)
+    assert events == [
+        ("decode", 3), ("submit", 3), ("decode", 3), ("submit", 3), ("decode", 2), ("submit", 2),
+        ("fetch", 3), ("fetch", 3), ("fetch", 2),
+    ]  # fmt: skip
+    trainer.adapter.decode_latents = decode
+    trainer.rollout_config = trainer.rollout_config.model_copy(update={"sampling_batch_size": None})
+    torch.testing.assert_close(
+        scores["brightness"], trainer.score(latents, ["red"] * 8, [{}] * 8)["brightness"]
+    )

@@ -438,8 +438,25 @@ class MediaReward:
         return self.scores(media, prompts, metadata)[self.name]
 
     def scores(self, media: Any, prompts: list[str], metadata: list[dict] | None = None) -> dict[str, Any]:
+        return self._checked(lambda: self.function(media, prompts, metadata), len(media))
+
+    def submit(
+        self, media: Any, prompts: list[str], metadata: list[dict] | None = None
+    ) -> Callable[[], dict[str, Any]]:
+        """Start scoring `media`; calling the result gives what `scores` gives. A remote reward (a function with
+        `submit` / `fetch`) enqueues the batch now and fetches it in that call, so the service scores while the
+        caller goes on (a trainer decodes its next part); a local one scores in that call."""
+        start = getattr(self.function, "submit", None)
+        if start is None:
+            return lambda: self.scores(media, prompts, metadata)
+        pending = self._checked(lambda: start(media, prompts, metadata), None)
+        return lambda: self._checked(lambda: self.function.fetch(pending), len(media))
+
+    def _checked(self, call: Callable[[], Any], size: int | None) -> Any:
+        """`call()`'s scores, its failures as one-line RewardErrors; with `size`, checked to be one finite number
+        per sample (None: `call` only starts the work)."""
         try:
-            values = self.function(media, prompts, metadata)
+            values = call()
         except RewardError:
             raise
         except RemoteRewardError as error:
@@ -448,12 +465,13 @@ class MediaReward:
             raise RewardError(
                 f"reward '{self.name}' raised {type(error).__name__}: {first_line(error)}"
             ) from error
+        if size is None:
+            return values
         named: dict[str, Any] = {}
         if isinstance(values, dict):
             if not values:
                 raise RewardError(f"reward '{self.name}' returned an empty dict of scores")
             named, values = values, next(iter(values.values()))
-        size = len(media)
         if not isinstance(values, list | tuple) or len(values) != size:
             got = f"{len(values)} values" if isinstance(values, list | tuple) else type(values).__name__
             raise RewardError(f"reward '{self.name}' returned {got} for a batch of {size}")

@@ -398,8 +398,17 @@ class RemoteMediaReward:
     def __call__(
         self, media: np.ndarray, prompts: list[str], metadata: list[dict] | None = None
     ) -> list[float]:
+        return self.fetch(self.submit(media, prompts, metadata))
+
+    def submit(
+        self, media: np.ndarray, prompts: list[str], metadata: list[dict] | None = None
+    ) -> PendingScores:
+        """Enqueue the batch now (a refusal raises now); `fetch` waits for its scores."""
         fields = {"metadata": list(metadata)} if metadata else {}
-        return self.client.score(self.name, list(prompts), media, score_key=self.score_key, **fields)
+        return self.client.submit(self.name, list(prompts), media, score_key=self.score_key, **fields)
+
+    def fetch(self, pending: PendingScores) -> list[float]:
+        return self.client.fetch(pending)
 
 
 def _is_json(value: Any) -> bool:

@@ -204,10 +204,22 @@ class DiffusionRLTrainer(DiffusionTrainer):
     def score(
         self, latents: torch.Tensor, prompts: list[str], metadata: list[dict]
     ) -> dict[str, torch.Tensor]:
-        """Decode and score with every reward: {reward name: float64 scores per row}."""
-        parts = latents.split(self.rollout_config.sampling_batch_size or len(latents))
-        media = torch.cat([to_uint8_media(self.adapter.decode_latents(part)).cpu() for part in parts]).numpy()
-        scores = score_media(self.rewards, media, prompts, metadata)
+        """Decode and score with every reward: {reward name: float64 scores per row}. The rows are decoded in parts
+        of `sampling_batch_size` (default: all at once), and each part is submitted to every reward as soon as it
+        is decoded: a remote reward's service scores it while the next part decodes."""
+        size = self.rollout_config.sampling_batch_size or len(latents)
+        has_metadata = any(metadata)
+        pending = {reward.name: [] for reward in self.rewards}
+        for start in range(0, len(latents), size):
+            rows = slice(start, start + size)
+            media = to_uint8_media(self.adapter.decode_latents(latents[rows])).cpu().numpy()
+            for reward in self.rewards:
+                part_metadata = metadata[rows] if has_metadata else None
+                pending[reward.name].append(reward.submit(media, prompts[rows], part_metadata))
+        scores = {
+            name: torch.tensor([v for collect in parts for v in collect()[name]], dtype=torch.float64)
+            for name, parts in pending.items()
+        }
         for name, values in scores.items():
             self._metrics[f"rewards/{name}"].append(values.mean().item())
         total = weighted_reward(scores, self.reward_weights())
