@@ -182,7 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="1 seed, 20 steps per variant (about 6 min)")
+    parser.add_argument("--quick", action="store_true", help="1 seed, 20 steps per variant (about 2 min)")
     parser.add_argument("--seed", type=int, default=0, help="the first training seed")
     parser.add_argument("--seeds", type=int, help="training seeds per variant, for the spread (3; quick: 1)")
     parser.add_argument("--steps", type=int, help="optimizer steps per run, the fixed budget (40; quick: 20)")
