@@ -57,8 +57,9 @@ STEPS_PER_GENERATION = (
 
 def job(variant: str, base: Path, folder: Path, seed: int, steps: int, every: int, lr: float) -> str:
     """One run's job file. Scaled from the papers: full fine-tuning at lr 1e-4 (the base has 0.9M parameters;
-    the papers use 1e-6 on billions; 1e-3 collapses it and 1e-5 barely moves it in 60 steps), 8 prompts x 8 samples per optimizer step, two steps per rollout, no KL
-    (beta 0, as DAPO, Dr. GRPO and GSPO train), temperature 1, completions up to 24 tokens."""
+    the papers use 1e-6 on billions; on early-stopped bases 1e-3 collapsed and 1e-5 barely moved them), 8 prompts
+    x 8 samples per optimizer step, two steps per rollout, no KL (beta 0, as DAPO, Dr. GRPO and GSPO train),
+    temperature 1, completions up to 24 tokens."""
     algorithm = "grpo" if variant == "grpo_no_shared_prompt" else variant
     return f"""\
 kind = "grpo"
