@@ -96,3 +96,24 @@ def plot_curves(
     figure.tight_layout()
     figure.savefig(path)
     pyplot.close(figure)
+
+
+def run_job(kind: str, job: Path, label: str) -> list[dict]:
+    """Train `job` with the real CLI (`cosmos-train <kind>`) in a child process, its output in `train.log` beside
+    the job; the log history of the checkpoint it saves once, at its end. A failure exits naming `label`."""
+    import os
+    import subprocess
+    import sys
+
+    log = job.parent / "train.log"
+    with log.open("w") as sink:
+        done = subprocess.run(
+            [sys.executable, "-m", "cosmos_train", kind, "-c", str(job)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+        )
+    if done.returncode:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
+        raise SystemExit(f"{label} failed (exit {done.returncode}); {log}:\n{tail}")
+    return json.loads(next(job.parent.glob("checkpoint-*/trainer_state.json")).read_text())["log_history"]

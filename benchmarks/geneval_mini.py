@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, first_reaching, plot_curves, write_payload
+from _common import RESULTS, first_reaching, plot_curves, run_job, write_payload
 
 from cosmos_train.geneval_mini import TASKS, Vocabulary, write_pairs
 from cosmos_train.geneval_mini.base import build_base, check_base, load_vocabulary
@@ -145,20 +142,8 @@ def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: in
     folder.mkdir(parents=True)
     (folder / "job.toml").write_text(job(algorithm, base, work, vocabulary, seed, rollouts, lr))
     started = time.perf_counter()
-    log = folder / "train.log"
-    with log.open("w") as sink:
-        done = subprocess.run(
-            [sys.executable, "-m", "cosmos_train", ALGORITHMS[algorithm], "-c", str(folder / "job.toml")],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
-        )
-    if done.returncode:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise SystemExit(f"{algorithm} seed {seed} failed (exit {done.returncode}); {log}:\n{tail}")
+    history = run_job(ALGORITHMS[algorithm], folder / "job.toml", f"{algorithm} seed {seed}")
     updates = 2 if algorithm == "flow_grpo" else 1
-    # The run saves once, at its end: that checkpoint holds the log history and the exported pipeline.
-    history = json.loads(next(folder.glob("checkpoint-*/trainer_state.json")).read_text())["log_history"]
     curve = []
     for entry in history:
         if "eval/reward" not in entry:

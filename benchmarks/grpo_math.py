@@ -26,15 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from _common import RESULTS, first_reaching, plot_curves, write_payload
+from _common import RESULTS, first_reaching, plot_curves, run_job, write_payload
 
 from cosmos_train.arithmetic.base import build_base, check_base, load_problems
 
@@ -108,19 +105,8 @@ def run(variant: str, base: Path, work: Path, seed: int, steps: int, every: int,
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "job.toml").write_text(job(variant, base, folder, seed, steps, every, lr))
-    log = folder / "train.log"
     started = time.perf_counter()
-    with log.open("w") as sink:
-        done = subprocess.run(
-            [sys.executable, "-m", "cosmos_train", "grpo", "-c", str(folder / "job.toml")],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
-        )
-    if done.returncode:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise SystemExit(f"{variant} seed {seed} failed (exit {done.returncode}); {log}:\n{tail}")
-    history = json.loads(next(folder.glob("checkpoint-*/trainer_state.json")).read_text())["log_history"]
+    history = run_job("grpo", folder / "job.toml", f"{variant} seed {seed}")
     curve, tokens = [], 0
     for entry in history:
         tokens = entry.get("generated_tokens", tokens)
