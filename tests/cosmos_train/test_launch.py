@@ -16,18 +16,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import signal
-import socket
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+from launch_helpers import BIN, error_tail, finish, free_port, start, two_processes
 from peft import PeftModel
-from sft_helpers import REPO, SHAPES, cli, losses, write_job
+from sft_helpers import SHAPES, cli, losses, write_job
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
 from cosmos_train import testing as tiny
@@ -37,7 +33,6 @@ from cosmos_train.launch import ACCELERATE_CONFIG
 from cosmos_train.trainers.sft_trainer import run_sft
 from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
-BIN = Path(sys.executable).parent
 STEPS = 4
 # Global batch 4 in every run: 2 per device x 2 accumulation steps, or 2 per device x 2 processes.
 TRAIN = {
@@ -48,7 +43,6 @@ TRAIN = {
     "use_cpu": True,
 }
 RECORDS = len(json.loads((SHAPES / "llava.json").read_text()))
-TIMEOUT = 900
 ONE_PROCESS = ["--num_processes", 1, "--num_machines", 1, "--mixed_precision", "no", "--dynamo_backend", "no"]
 
 
@@ -64,76 +58,17 @@ class Run:
         return [entry[key] for entry in self.state["log_history"] if key in entry]
 
 
-def _env() -> dict[str, str]:
-    return os.environ | {
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "1",  # two processes on two cores
-        "DS_ACCELERATOR": "cpu",
-        "TORCH_EXTENSIONS_DIR": str(REPO / ".torch_extensions"),  # DeepSpeed builds its CPU comm op here
-        "_TYPER_STANDARD_TRACEBACK": "1",  # plain tracebacks from each rank, for readable failures
-    }
-
-
-def _tail(stderr: str) -> str:
-    """The end of a run's stderr, led by its error lines (a launcher's own report can bury them)."""
-    errors = [
-        line
-        for line in stderr.splitlines()
-        if re.match(r"^(\[rank\d+\]: )?(\w+(Error|Exception)\b|error:)", line)
-    ]
-    return "\n".join(["error lines:", *errors[-10:], "stderr tail:", stderr[-3000:]])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start(command: list) -> subprocess.Popen:
-    # A session of its own, so a hung launcher can be stopped with every rank it started.
-    return subprocess.Popen(
-        [str(c) for c in command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        start_new_session=True,
-    )
-
-
-def _finish(process: subprocess.Popen, label: str) -> tuple[str, str]:
-    try:
-        stdout, stderr = process.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail(f"{label}: no result after {TIMEOUT}s\n{_tail(stderr)}")
-    assert process.returncode == 0, f"{label} failed (exit {process.returncode}):\n{_tail(stderr)}"
-    return stdout, stderr
-
-
 def _run(label: str, launcher: list, folder: Path, model: Path, train: dict, overrides=()) -> Run:
     folder.mkdir()
     job = write_job(folder, model, lora=False, train=TRAIN | train)
     sets = [arg for override in overrides for arg in ("--set", override)]
-    stdout, stderr = _finish(_start([*launcher, "sft", "--config", job, *sets]), label)
-    assert "trained model saved to" in stdout, f"{label}: no final message\n{_tail(stderr)}"
+    stdout, stderr = finish(start([*launcher, "sft", "--config", job, *sets]), label)
+    assert "trained model saved to" in stdout, f"{label}: no final message\n{error_tail(stderr)}"
     return Run(folder / "run")
 
 
 def _accelerate(*flags) -> list:
     return [BIN / "accelerate", "launch", *flags]
-
-
-def _two_processes() -> list:
-    """The shipped accelerate config, on 2 processes of this machine."""
-    return _accelerate(
-        "--config_file", ACCELERATE_CONFIG, "--num_processes", 2, "--main_process_port", _free_port(),
-        "-m", "cosmos_train",
-    )  # fmt: skip
 
 
 def _reasoner_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -243,7 +178,7 @@ def test_ddp_two_processes_equal_one_process_with_accumulation(
     tmp_path, reasoner, reference, reference_weights
 ):
     run = _run(
-        "2-process DDP", _two_processes(), tmp_path / "job", reasoner, {"gradient_accumulation_steps": 1}
+        "2-process DDP", two_processes(), tmp_path / "job", reasoner, {"gradient_accumulation_steps": 1}
     )
     checkpoint = run.output / f"checkpoint-{STEPS}"
     assert _rng_states(run) == ["rng_state_0.pth", "rng_state_1.pth"]  # each rank saved its own: 2 ran
@@ -275,13 +210,13 @@ def test_multi_gpu_launch_without_use_cpu_is_one_two_rank_job(tmp_path, reasoner
     two processes must form one job of world size 2, not two jobs of one process each."""
     launcher = _accelerate(
         "--multi_gpu", "--num_processes", 2, "--num_machines", 1, "--mixed_precision", "no",
-        "--dynamo_backend", "no", "--main_process_port", _free_port(), "-m", "cosmos_train",
+        "--dynamo_backend", "no", "--main_process_port", free_port(), "-m", "cosmos_train",
     )  # fmt: skip
     folder = tmp_path / "job"
     folder.mkdir()
     job = write_job(folder, reasoner, lora=False, train=TRAIN_WITHOUT_USE_CPU)
-    stdout, stderr = _finish(_start([*launcher, "sft", "--config", job]), "accelerate launch --multi_gpu")
-    assert "trained model saved to" in stdout, _tail(stderr)
+    stdout, stderr = finish(start([*launcher, "sft", "--config", job]), "accelerate launch --multi_gpu")
+    assert "trained model saved to" in stdout, error_tail(stderr)
     run = Run(folder / "run")
     assert _rng_states(run) == ["rng_state_0.pth", "rng_state_1.pth"]  # each rank saved its own: 2 ran
     _assert_world_size(run, world_size=2, accumulation=1)
@@ -291,7 +226,7 @@ def test_multi_gpu_launch_without_use_cpu_is_one_two_rank_job(tmp_path, reasoner
 @pytest.mark.slow
 def test_multi_node_command_form(tmp_path, reasoner, reference, reference_weights):
     """Two "machines" of one process each on localhost, launched as on a cluster, one command per machine."""
-    port = _free_port()
+    port = free_port()
     folder = tmp_path / "job"
     folder.mkdir()
     job = write_job(folder, reasoner, lora=False, train=TRAIN | {"gradient_accumulation_steps": 1})
@@ -301,9 +236,9 @@ def test_multi_node_command_form(tmp_path, reasoner, reference, reference_weight
             "--config_file", ACCELERATE_CONFIG, "--num_machines", 2, "--num_processes", 2,
             "--machine_rank", rank, "--main_process_ip", "127.0.0.1", "--main_process_port", port,
         ]  # fmt: skip
-        machines.append(_start(_accelerate(*flags, "-m", "cosmos_train", "sft", "-c", job)))
+        machines.append(start(_accelerate(*flags, "-m", "cosmos_train", "sft", "-c", job)))
     for rank, machine in enumerate(machines):
-        _finish(machine, f"machine_rank {rank}")
+        finish(machine, f"machine_rank {rank}")
     run = Run(folder / "run")
     assert _rng_states(run) == ["rng_state_0.pth", "rng_state_1.pth"]  # each rank saved its own: 2 ran
     _assert_world_size(run, world_size=2, accumulation=1)
@@ -325,7 +260,7 @@ def _zero_shards(run: Run) -> dict[str, list[str]]:
 def test_zero2_two_processes(tmp_path, reasoner, reference, reference_weights):
     run = _run(
         "ZeRO-2",
-        _two_processes(),
+        two_processes(),
         tmp_path / "job",
         reasoner,
         {"gradient_accumulation_steps": 1},
@@ -384,7 +319,7 @@ def test_zero3_two_processes_saves_full_weights(tmp_path):
     text = [f'data.path="{_text_data(tmp_path / "text.jsonl")}"', 'data.format="jsonl"']
     run = _run(
         "ZeRO-3",
-        _two_processes(),
+        two_processes(),
         tmp_path / "zero3",
         lm,
         {"gradient_accumulation_steps": 1},
@@ -475,7 +410,7 @@ def test_zero3_two_processes_cosmos3_full_fine_tune(tmp_path, reasoner, referenc
     as the 1-process reference was."""
     run = _run(
         "ZeRO-3 reasoner",
-        _two_processes(),
+        two_processes(),
         tmp_path / "job",
         reasoner,
         {"gradient_accumulation_steps": 1},
@@ -494,9 +429,7 @@ def test_zero3_two_processes_cosmos3_lora(tmp_path, reasoner):
     folder = tmp_path / "zero3"
     folder.mkdir()
     job = write_job(folder, reasoner, train=TRAIN | {"gradient_accumulation_steps": 1})
-    _finish(
-        _start([*_two_processes(), "sft", "--config", job, "--set", "launch.backend=zero3"]), "ZeRO-3 LoRA"
-    )
+    finish(start([*two_processes(), "sft", "--config", job, "--set", "launch.backend=zero3"]), "ZeRO-3 LoRA")
     run = Run(folder / "run")
     assert _zero_shards(run)["model"] == [f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in (0, 1)]
 

@@ -25,6 +25,7 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 from .config import ConfigError, LoraSection, ModelSection
+from .launch.zero3 import init_deepspeed_comm
 
 logger = logging.getLogger(__name__)
 
@@ -44,23 +45,6 @@ def _dtype(name: str):
     return "auto" if name == "auto" else getattr(torch, name)
 
 
-def _init_deepspeed_comm_for_zero3() -> None:
-    """ZeRO-3 builds the model already partitioned (`deepspeed.zero.Init`), which reads the world size from
-    DeepSpeed's own comm layer. Accelerate sets that up on GPUs; a CPU run (`use_cpu`) only gets torch's
-    gloo process group, which DeepSpeed adopts here. A no-op when already set up or not distributed."""
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    if (
-        is_deepspeed_zero3_enabled()
-        and torch.distributed.is_available()
-        and torch.distributed.is_initialized()
-    ):
-        import deepspeed
-
-        if not deepspeed.comm.is_initialized():
-            deepspeed.init_distributed()
-
-
 def load_model(section: ModelSection, packing: bool = False) -> LoadedModel:
     """Model and processor (VLMs) or tokenizer (text LMs) for `section.name_or_path`.
 
@@ -71,7 +55,7 @@ def load_model(section: ModelSection, packing: bool = False) -> LoadedModel:
 
     from . import attention
 
-    _init_deepspeed_comm_for_zero3()
+    init_deepspeed_comm()  # ZeRO-3 builds the model partitioned, over DeepSpeed's comm layer
     kwargs = {"dtype": _dtype(section.dtype), "trust_remote_code": section.trust_remote_code}
     if section.attn_implementation:
         kwargs["attn_implementation"] = section.attn_implementation

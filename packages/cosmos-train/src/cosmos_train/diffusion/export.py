@@ -5,8 +5,9 @@
   for `DiffusionPipeline.from_pretrained`. The trainers write one under `output_dir/safetensors/step_N/`.
 - `export_run(checkpoint, out)`: `cosmos-train export` of any diffusion run: the run's job record
   (`cosmos_train_job.toml`) names the pipeline and the LoRA, the checkpoint's `model.safetensors` holds the
-  trained weights, and its `ema.safetensors` the EMA (exported by default when present, as the trainers' own
-  exports do). Other trainer state in the checkpoint (an old policy, optimizer state) is not exported.
+  trained weights, and its `ema.safetensors` (under ZeRO-3, each process's slices of it) the EMA (exported by
+  default when present, as the trainers' own exports do). Other trainer state in the checkpoint (an old policy,
+  optimizer state) is not exported.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def export_run(
     lora_section = LoraSection.model_validate(record["lora"]) if "lora" in record else None
     if merge_lora and lora_section is None:
         raise ValueError(f"{checkpoint} is a full fine-tune, not a LoRA; drop --merge-lora")
-    has_ema = (checkpoint / ExponentialAverage.filename).is_file()
+    has_ema = ExponentialAverage.saved_in(checkpoint)
     if ema and not has_ema:
         raise FileNotFoundError(
             f"{checkpoint} has no {ExponentialAverage.filename} (the run kept no EMA); drop --ema"

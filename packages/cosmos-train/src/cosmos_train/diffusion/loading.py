@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import torch
 
@@ -27,12 +29,13 @@ def load_adapter(model: PipelineSection | str, options: AdapterOptions | None = 
         model = PipelineSection(name_or_path=model)
     config = DiffusionPipeline.load_config(model.name_or_path)
     adapter_class = adapter_class_for(config["_class_name"], model.adapter)
-    pipeline = DiffusionPipeline.from_pretrained(
-        model.name_or_path,
-        dtype=DTYPES[model.dtype],
-        trust_remote_code=model.trust_remote_code,
-        **adapter_class.pipeline_load_kwargs,
-    )
+    with outside_zero3_init():
+        pipeline = DiffusionPipeline.from_pretrained(
+            model.name_or_path,
+            dtype=DTYPES[model.dtype],
+            trust_remote_code=model.trust_remote_code,
+            **adapter_class.pipeline_load_kwargs,
+        )
     if pipeline.transformer.dtype != torch.float32:
         pipeline.transformer.to(torch.float32)
     pipeline.set_progress_bar_config(disable=True)
@@ -40,6 +43,21 @@ def load_adapter(model: PipelineSection | str, options: AdapterOptions | None = 
     for module in adapter.frozen_modules():
         module.requires_grad_(False).eval()
     return adapter
+
+
+@contextlib.contextmanager
+def outside_zero3_init() -> Iterator[None]:
+    """Load every part of a pipeline whole, even when the Trainer's ZeRO-3 config is live: transformers would build
+    its text encoders inside `deepspeed.zero.Init`, partitioned, but only the trained transformer goes into the
+    DeepSpeed engine (which partitions it itself), so frozen parts built partitioned would never be gathered."""
+    from transformers.integrations import deepspeed
+
+    live = deepspeed._hf_deepspeed_config_weak_ref
+    deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        deepspeed._hf_deepspeed_config_weak_ref = live
 
 
 def prepare_training(

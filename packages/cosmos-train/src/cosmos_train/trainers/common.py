@@ -61,6 +61,19 @@ class CrashSafeTrainerMixin:
         """State a trainer keeps beside the Trainer's own (an EMA, ...): written before the marker."""
 
 
+def log_weight_copies(args, held: dict[str, int], partitioned: bool) -> None:
+    """One line per process: the bytes it holds for each copy of the weights kept beside the trained ones (an EMA,
+    an old policy, a reference model)."""
+    if held:
+        logger.info(
+            "process %d of %d holds weight copies (%s): %s",
+            args.process_index,
+            args.world_size,
+            "partitioned by ZeRO-3" if partitioned else "whole",
+            ", ".join(f"{name} {size / 2**20:.4g} MiB" for name, size in held.items()),
+        )
+
+
 def train_and_save(trainer, job: Job, processing_class=None) -> None:
     """Train `trainer` for `job` and leave the final model in `output_dir`, on every trainer alike:
 

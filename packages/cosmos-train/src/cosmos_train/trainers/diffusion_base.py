@@ -20,7 +20,8 @@ from ..diffusion.adapter import DiffusionAdapter
 from ..diffusion.export import export_pipeline
 from ..diffusion.loading import load_adapter, prepare_training
 from ..diffusion.weights import ExponentialAverage, ParameterCopy
-from .common import CrashSafeTrainerMixin
+from ..launch import zero3
+from .common import CrashSafeTrainerMixin, log_weight_copies
 
 logger = logging.getLogger(__name__)
 
@@ -62,13 +63,16 @@ class ValidationCallback(TrainerCallback):
         )
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step % self.every == 0 and state.is_world_process_zero:
+        # A partitioned model gathers its layers from every process: then every process generates.
+        if state.global_step % self.every == 0 and (state.is_world_process_zero or self.trainer.partitioned):
             self.write(Path(args.output_dir) / "samples" / f"step_{state.global_step}", state.global_step)
 
     def write(self, folder: Path, step: int) -> Path:
-        folder.mkdir(parents=True, exist_ok=True)
         with self.trainer.weights_for_export():
             media = self.trainer.adapter.generate(self.prompts, **self.generate_kwargs)
+        if not self.trainer.is_world_process_zero():
+            return folder
+        folder.mkdir(parents=True, exist_ok=True)
         (folder / "prompts.json").write_text(json.dumps(self.prompts, indent=1))
         if media.dim() == 4:  # B x 3 x H x W in [0, 1]
             from torchvision.utils import make_grid, save_image
@@ -115,7 +119,11 @@ def _diffusers_safe_tensorboard(trainer: Trainer) -> None:
 
 class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
     """transformers' `Trainer` on a pipeline's transformer, with weight copies kept in checkpoints and a loadable
-    pipeline (or LoRA) written beside each checkpoint. Subclasses implement `compute_loss`."""
+    pipeline (or LoRA) written beside each checkpoint. Subclasses implement `compute_loss`.
+
+    Under DeepSpeed ZeRO-3 the transformer is partitioned as soon as the trainer is made (not later, inside
+    `deepspeed.initialize`), so that every copy of its weights is made of the same partitions
+    (`diffusion.weights`); exports and validation gather it."""
 
     def __init__(
         self,
@@ -130,6 +138,11 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
         self.lora = lora  # {"r", "alpha", "target_modules"} when a LoRA is trained
         self.model_accepts_loss_kwargs = False  # our loss is a mean: Trainer scales it for accumulation
         _diffusers_safe_tensorboard(self)
+        self.partitioned = zero3.zero3_enabled()
+        if self.partitioned:
+            zero3.fill_width_keys(self.args.hf_deepspeed_config, transformer_width(adapter.transformer))
+            zero3.partition(adapter.transformer, self.args.hf_deepspeed_config.config)
+        self.copies: dict[str, ParameterCopy] = {}  # every copy, by name: logged with the bytes it holds
         self.saved_copies: list[ParameterCopy] = []  # saved in each checkpoint, restored on resume
         self.copy_updates = UpdateCopies()
         self.add_callback(self.copy_updates)
@@ -144,6 +157,10 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
         """Update `copy` after the optimizer steps `when(step)` picks (all by default); keep it in checkpoints."""
         self.copy_updates.schedule.append((copy, when))
         self.saved_copies.append(copy)
+        return self.keep(copy)
+
+    def keep(self, copy: ParameterCopy, name: str | None = None) -> ParameterCopy:
+        self.copies[name or Path(copy.filename).stem] = copy
         return copy
 
     def weights_for_export(self):
@@ -154,24 +171,38 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
         if resume_from_checkpoint:
             for copy in self.saved_copies:
                 copy.load(Path(resume_from_checkpoint))
+        held = {name: copy.nbytes for name, copy in self.copies.items()}
+        log_weight_copies(self.args, held, self.partitioned)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         # Also called inside each checkpoint save, so the copies land before the COMPLETE marker.
         super().save_model(output_dir, _internal_call)
-        if self.args.should_save:
-            for copy in self.saved_copies:
-                copy.save(Path(output_dir or self.args.output_dir))
+        folder = Path(output_dir or self.args.output_dir)
+        for copy in self.saved_copies:
+            if copy.partitioned or self.args.should_save:  # partitioned: each process writes its slices
+                folder.mkdir(parents=True, exist_ok=True)
+                copy.save(folder)
 
     def _save_extra_state(self, checkpoint: Path) -> None:
         self.export(Path(self.args.output_dir) / EXPORTS / f"step_{self.state.global_step}")
 
     def export(self, folder: Path) -> Path:
-        """Write what users load (`export_pipeline`), with the EMA weights when kept."""
-        if self.args.should_save:
-            with self.weights_for_export():
+        """Write what users load (`export_pipeline`), with the EMA weights when kept (every process takes part:
+        a partitioned model is gathered first)."""
+        with self.weights_for_export(), zero3.whole_on_main_process(self.adapter.transformer):
+            if self.args.should_save:
                 export_pipeline(self.adapter, folder, self.lora, overwrite=True)
         return folder
+
+
+def transformer_width(transformer: torch.nn.Module) -> int:
+    """The model width DeepSpeed sizes its buckets from: heads x head size, else the widest linear input."""
+    config = transformer.config
+    heads, head_dim = config.get("num_attention_heads"), config.get("attention_head_dim")
+    if heads and head_dim:
+        return int(heads * head_dim)
+    return max(m.in_features for m in transformer.modules() if isinstance(m, torch.nn.Linear))
 
 
 def load_for_training(job) -> tuple[DiffusionAdapter, dict | None]:

@@ -102,7 +102,7 @@ class DiffusionRLTrainer(DiffusionTrainer):
         # The frozen base for a KL term: a LoRA reaches it by disabling its adapters, full fine-tuning keeps a copy.
         self.reference_copy = None
         if kl_beta > 0 and self.lora is None:
-            self.reference_copy = ParameterCopy(adapter.transformer)
+            self.reference_copy = self.keep(ParameterCopy(adapter.transformer), "reference")
         self.rewards = rewards
         self.rollout_config = job.rollout
         self.group_size = job.rollout.samples_per_prompt

@@ -43,9 +43,10 @@ from ..data import DataError
 from ..data.chat_prompts import load_prompts
 from ..data.collate import encode_prompts, media_token_ids, messages_with_media
 from ..jobs import Job
+from ..launch.zero3 import held_bytes, is_partitioned
 from ..models import load_model, lora_config
 from ..rewards import build_rewards
-from .common import CrashSafeTrainerMixin, train_and_save
+from .common import CrashSafeTrainerMixin, log_weight_copies, train_and_save
 from .grpo_config import GRPORolloutSection, PromptData
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,12 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         self.generated_tokens = 0
         if self._is_vlm and not self.use_vllm:
             self._suppress_media_tokens()
+        if (
+            self.ref_model is not None
+        ):  # TRL's: partitioned like the policy under ZeRO-3 (`prepare_deepspeed`)
+            parameters = list(self.ref_model.parameters())
+            partitioned = any(map(is_partitioned, parameters))
+            log_weight_copies(self.args, {"reference": held_bytes(parameters)}, partitioned)
 
     def _suppress_media_tokens(self) -> None:
         """A sampled media token would not match the prompt's media features in the loss forward: TRL
