@@ -44,7 +44,10 @@ class ParameterCopy:
         self.partitioned = any(map(is_partitioned, self.parameters))
         self.decay = decay
         self.global_step = 0
-        self.shadow_params = [local_part(p).detach().clone() for p in self.parameters]
+        # In float32 even beside 16-bit weights (DeepSpeed's bf16 / fp16): an average in bf16 would lose the small
+        # updates it is made of.
+        self.shadow_params = [local_part(p).detach().to(torch.float32, copy=True) for p in self.parameters]
+        self._kept: list[torch.Tensor | None] = []  # while swapped in: the trained values copied aside
 
     @property
     def nbytes(self) -> int:
@@ -65,18 +68,31 @@ class ParameterCopy:
 
     @contextlib.contextmanager
     def swapped_in(self) -> Iterator[None]:
-        """The copy in place of the trained parameters for the block; only no-grad forwards may run in it."""
-        self._swap()
+        """The copy in place of the trained parameters for the block; only no-grad forwards may run in it.
+
+        Where the dtypes agree the two storages are exchanged (nothing is copied); beside 16-bit weights the copy
+        is cast into them and the trained values are put aside until the block ends."""
+        self._swap(into_model=True)
         try:
             yield
         finally:
-            self._swap()
+            self._swap(into_model=False)
 
     @torch.no_grad()
-    def _swap(self) -> None:
-        for parameter, shadow in zip(self.parameters, self.shadow_params, strict=True):
+    def _swap(self, into_model: bool) -> None:
+        if into_model:
+            self._kept = [
+                None if local_part(p).dtype == shadow.dtype else local_part(p).detach().clone()
+                for p, shadow in zip(self.parameters, self.shadow_params, strict=True)
+            ]
+        for parameter, shadow, kept in zip(self.parameters, self.shadow_params, self._kept, strict=True):
             held = local_part(parameter)
-            held.data, shadow.data = shadow.data, held.data
+            if kept is None:
+                held.data, shadow.data = shadow.data, held.data
+            else:
+                held.copy_(shadow if into_model else kept)
+        if not into_model:
+            self._kept = []
         if self.partitioned:
             regather_persistent(self.parameters)
 

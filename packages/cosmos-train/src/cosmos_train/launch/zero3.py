@@ -42,10 +42,20 @@ def fill_width_keys(hf_deepspeed_config, width: int) -> None:
 
 
 def partition(module: torch.nn.Module, deepspeed_config: dict) -> None:
-    """Partition a module built whole, in place (what `deepspeed.initialize` would do later), so that copies of
-    its parameters can be made partitioned too."""
+    """Partition a module built whole, in place, as `deepspeed.initialize` would later: its parameters first cast
+    to the config's 16-bit dtype when it has one (the engine casts only modules it partitions itself), so that
+    copies of its parameters can be made partitioned too."""
     import deepspeed
 
+    dtype = None
+    if (deepspeed_config.get("bf16") or {}).get("enabled") is True:
+        dtype = torch.bfloat16
+    elif (deepspeed_config.get("fp16") or {}).get("enabled") is True:
+        dtype = torch.float16
+    if dtype is not None:
+        for parameter in module.parameters():
+            if parameter.is_floating_point():
+                parameter.data = parameter.data.to(dtype)
     init_deepspeed_comm()
     deepspeed.zero.Init(module=module, config_dict_or_path=deepspeed_config)
 
