@@ -10,16 +10,17 @@ What is counted, per device, in bytes:
   under FSDP with bf16, accelerate upcasts the parameters to float32 (so 4 + 4 + 8 bytes);
 - copies of the trained weights the trainers keep: the diffusion EMA (`[diffusion]`/`[nft]`/... `ema_decay`),
   DiffusionNFT's old policy, the frozen reference of a KL term under full fine-tuning (diffusion RL: of the
-  trained parameters; GRPO with beta > 0: TRL's whole reference model); full copies on every process, except
-  TRL's reference model, which ZeRO-3 / FSDP shard;
+  trained parameters, in float32; GRPO with beta > 0: TRL's whole reference model); full copies on every
+  process, except under ZeRO-3, which partitions them all (`diffusion.weights`), and FSDP, which shards TRL's
+  reference model;
 - frozen parts: the trained module's frozen parameters (LoRA's base weights, Cosmos3's reasoner, `[model]
   freeze`), and for diffusion the pipeline's other modules (VAE, text encoders) in `[model] dtype`;
 - activations: what the backward pass keeps, estimated from the model's Linear layers (below), plus the
   language models' logits.
 
 Sharding over `--processes` N: ZeRO-2 divides gradients and optimizer state by N; ZeRO-3 and FSDP also divide
-the trained module's parameters (trained and frozen); DDP divides nothing. The VAE, text encoders and the
-diffusion copies are never sharded.
+the trained module's parameters (trained and frozen); DDP divides nothing. The VAE and text encoders are never
+sharded, the diffusion copies only by ZeRO-3.
 
 Activations (documented estimate, no forward is run): every Linear of the model's repeated blocks saves its
 input and the next operation its output, so a token costs sum(in_features + out_features) over those Linears,
@@ -369,7 +370,8 @@ def estimate_diffusion(job, processes: int, backend: str) -> Estimate:
         adapter_class.prepare_full_finetuning(SimpleNamespace(transformer=transformer))
     mixed = mixed_precision(job)
     parts, trained, frozen = state_bytes(transformer, backend, processes, mixed)
-    copy_bytes = 4 * trained  # the copies clone the float32 trained parameters, on every process
+    # The copies hold the trained parameters in float32: whole on every process, or ZeRO-3's partitions.
+    copy_bytes = 4 * trained // (processes if backend == "zero3" else 1)
     others = {name: module for name, module in modules.items() if name != "transformer"}
     estimate = Estimate(
         job.source,
