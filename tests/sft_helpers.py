@@ -61,6 +61,17 @@ def cli(*args, env=None, timeout=900, **kwargs):
     )
 
 
+def cli_in_process(*args) -> subprocess.CompletedProcess:
+    """`cosmos-train ARGS` run in this process by typer's CliRunner: the exit code and both streams, as `cli`
+    returns them, without a new interpreter importing torch again (for commands that stop before training)."""
+    from typer.testing import CliRunner
+
+    from cosmos_train.cli import app
+
+    result = CliRunner().invoke(app, [str(arg) for arg in args])
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
 def losses(trainer) -> list[float]:
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from diffusion_helpers import IMAGE_PAIRS, write_diffusion_job, write_video_pairs
-from sft_helpers import cli
+from sft_helpers import cli_in_process
 from transformers import TrainerCallback
 
 from cosmos_train.jobs import read_job
@@ -173,7 +173,9 @@ def test_unsupported_pipeline_exits_2_listing_the_supported_ones(tmp_path):
         norm_num_groups=4,
     )
     DDPMPipeline(unet=unet, scheduler=DDPMScheduler()).save_pretrained(tmp_path / "ddpm")
-    result = cli("diffusion-sft", "-c", write_diffusion_job(tmp_path, tmp_path / "ddpm", IMAGE_PAIRS))
+    result = cli_in_process(
+        "diffusion-sft", "-c", write_diffusion_job(tmp_path, tmp_path / "ddpm", IMAGE_PAIRS)
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     (line,) = _error_lines(result)
@@ -190,7 +192,7 @@ def test_pair_without_a_prompt_exits_2_naming_the_file(tmp_path, sd3):
     bad = data / "0003.json"
     bad.write_text(json.dumps({"caption": "a green square on a white background"}))
     job = write_diffusion_job(tmp_path, sd3, data, train=ONE_STEP)
-    result = cli("diffusion-sft", "-c", job)
+    result = cli_in_process("diffusion-sft", "-c", job)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     (line,) = _error_lines(result)
@@ -205,7 +207,7 @@ def test_validate_config_checks_a_diffusion_job_without_training(tmp_path, sd3):
     from cosmos_train.config import ConfigError
 
     job = write_diffusion_job(tmp_path, sd3, IMAGE_PAIRS, diffusion=_validation(10) | {"ema_decay": 0.99})
-    result = cli("validate-config", job)
+    result = cli_in_process("validate-config", job)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == f"{job}: ok (diffusion-sft job)"
     assert not (tmp_path / "run").exists()
@@ -239,5 +241,5 @@ def test_validate_config_checks_a_diffusion_job_without_training(tmp_path, sd3):
         assert "\n" not in message and str(path) in message, (case, message)
         assert all(part in message for part in expected), (case, message)
     # ...and on the command line: exit code 2 and that one line.
-    result = cli("validate-config", path)
+    result = cli_in_process("validate-config", path)
     assert result.returncode == 2 and _error_lines(result) == [f"error: {message}"], result.stderr[-2000:]

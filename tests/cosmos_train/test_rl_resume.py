@@ -7,7 +7,8 @@ the trainers' own state all continue where they stopped.
 Each job crosses an epoch boundary after the checkpoint it resumes from, resumed after step 2 (DiffusionNFT: 12
 colour prompts, 4 a rollout of one step: 3 steps an epoch; FlowGRPO: 4 of the prompts, one rollout of two steps an
 epoch; DDRL: 5 data items, 4 a rollout of one step: 2 steps an epoch; GRPO: 6 prompts, 2 a step, a rollout every 2
-steps, resumed after step 9, inside a generation cycle)."""
+steps, resumed after step 9, inside a generation cycle). Full fine-tuning with DiffusionNFT resumes the same way
+on 2 processes under ZeRO-3, its copies partitioned (`test_zero3_copies.py`)."""
 
 from __future__ import annotations
 
@@ -35,11 +36,9 @@ DIFFUSION_TRAIN = {"max_steps": 4, "save_steps": 2, "resume_from_checkpoint": Tr
 LORA_EXPORT = "safetensors/step_4/lora/pytorch_lora_weights.safetensors"
 
 
-def nft_job(folder: Path, models, lora: bool) -> tuple[Path, list[str]]:
-    train = DIFFUSION_TRAIN | ({} if lora else {"learning_rate": 1e-3})
-    job = write_rl_job(folder, models("sd3"), kind="nft", train=train, lora=lora)
-    kept = ["model.safetensors", "ema.safetensors", "old_policy.safetensors"]
-    return job, kept + ([LORA_EXPORT] if lora else [])
+def nft_lora_job(folder: Path, models) -> tuple[Path, list[str]]:
+    job = write_rl_job(folder, models("sd3"), kind="nft", train=DIFFUSION_TRAIN)
+    return job, ["model.safetensors", "ema.safetensors", "old_policy.safetensors", LORA_EXPORT]
 
 
 def flow_grpo_job(folder: Path, models) -> tuple[Path, list[str]]:
@@ -69,8 +68,7 @@ def grpo_lora_job(folder: Path, models) -> tuple[Path, list[str]]:
 
 # kind: (its command, job builder, the checkpoint the killed run stops after)
 CASES = {
-    "nft-lora": ("nft", lambda folder, models: nft_job(folder, models, lora=True), 2),
-    "nft-full": ("nft", lambda folder, models: nft_job(folder, models, lora=False), 2),
+    "nft-lora": ("nft", nft_lora_job, 2),
     "flow-grpo": ("flow-grpo", flow_grpo_job, 2),
     "ddrl": ("ddrl", ddrl_job, 2),
     "grpo": ("grpo", grpo_lora_job, 9),
