@@ -7,7 +7,7 @@ Each keeps one tensor per parameter that requires grad, with:
 - `update(step)`: theta_copy <- theta_copy - (1 - d) (theta_copy - theta), d from `get_decay` (diffusers' `EMAModel`
   step, as the references compute it);
 - `swapped_in()`: the copy's tensors in place of the trained ones for a block (the storage is exchanged, nothing is
-  copied), so any no-grad forward of the model computes with the copy;
+  copied, unless the weights are 16-bit: the copies stay float32), so any no-grad forward computes with the copy;
 - `save(folder)` / `load(folder)`: safetensors under the parameters' names, written inside each checkpoint so that
   a resumed run continues the same copy.
 
