@@ -17,7 +17,7 @@ import torch
 from diffusers import DiffusionPipeline
 from diffusion_helpers import IMAGE_PAIRS, fixed_loss, write_diffusion_job, write_video_pairs
 from safetensors.torch import load_file
-from sft_helpers import cli
+from sft_helpers import cli, cli_in_process
 
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.diffusion.adapter import adapter_class_for, pipeline_class_name
@@ -121,7 +121,7 @@ def test_export_loads_in_plain_diffusers_and_equals_the_trained_pipeline(tmp_pat
 
     merged = tmp_path / "merged"
     flags = ["--merge-lora"] if mode == "lora" else []
-    result = cli("export", run / "checkpoint-6", merged, *flags)
+    result = cli_in_process("export", run / "checkpoint-6", merged, *flags)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (sample(DiffusionPipeline.from_pretrained(merged)) - trained).abs().max() < 1e-5
     assert "DiffusionPipeline.from_pretrained" in (merged / "README.md").read_text()

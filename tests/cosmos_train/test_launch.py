@@ -23,7 +23,7 @@ import pytest
 import torch
 from launch_helpers import BIN, error_tail, finish, free_port, start, two_processes
 from peft import PeftModel
-from sft_helpers import SHAPES, cli, losses, write_job
+from sft_helpers import SHAPES, cli_in_process, losses, write_job
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
 from cosmos_train import testing as tiny
@@ -448,7 +448,7 @@ def test_zero3_two_processes_cosmos3_lora(tmp_path, reasoner):
             tensor, held[name], rtol=1e-4, atol=5e-5, msg=lambda m, n=name: f"{n}: {m}"
         )
 
-    result = cli("export", run.output, tmp_path / "merged", "--merge-lora")
+    result = cli_in_process("export", run.output, tmp_path / "merged", "--merge-lora")
     assert result.returncode == 0, result.stderr[-2000:]
     merged, info = AutoModelForImageTextToText.from_pretrained(tmp_path / "merged", output_loading_info=True)
     assert not any(info.values()), info  # no missing, unexpected or mismatched tensors

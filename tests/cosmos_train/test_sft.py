@@ -8,7 +8,7 @@ import pytest
 import torch
 from peft import PeftModel
 from PIL import Image
-from sft_helpers import SHAPES, cli, losses, write_job
+from sft_helpers import SHAPES, cli, cli_in_process, losses, write_job
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
 from cosmos_train import testing as tiny
@@ -61,7 +61,7 @@ def test_export_adapter_and_merged_reload_with_same_outputs(lora_run, reasoner, 
     run_dir = lora_run.args.output_dir
 
     adapter = tmp_path / "adapter"
-    result = cli("export", run_dir, adapter)
+    result = cli_in_process("export", run_dir, adapter)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (adapter / "adapter_config.json").is_file() and (adapter / "README.md").is_file()
     card = (adapter / "README.md").read_text()
@@ -76,7 +76,7 @@ def test_export_adapter_and_merged_reload_with_same_outputs(lora_run, reasoner, 
         assert torch.equal(reloaded(**inputs).logits, reference)
 
     merged = tmp_path / "merged"
-    result = cli("export", run_dir, merged, "--merge-lora")
+    result = cli_in_process("export", run_dir, merged, "--merge-lora")
     assert result.returncode == 0, result.stderr[-2000:]
     assert not (merged / "adapter_config.json").exists()
     model = AutoModelForImageTextToText.from_pretrained(merged).eval()
@@ -84,7 +84,7 @@ def test_export_adapter_and_merged_reload_with_same_outputs(lora_run, reasoner, 
     assert processor.tokenizer.chat_template
     with torch.no_grad():
         torch.testing.assert_close(model(**inputs).logits, reference, rtol=1e-4, atol=1e-4)
-    assert cli("export", run_dir, merged, "--merge-lora").returncode == 2  # refuses to overwrite
+    assert cli_in_process("export", run_dir, merged, "--merge-lora").returncode == 2  # refuses to overwrite
 
 
 def test_lora_sft_of_cosmos3_edge_learns_and_exports(tmp_path):
@@ -96,7 +96,7 @@ def test_lora_sft_of_cosmos3_edge_learns_and_exports(tmp_path):
     assert last < 0.75 * first, f"loss did not fall enough: {first:.3f} -> {last:.3f}"
 
     merged = tmp_path / "merged"
-    assert cli("export", trainer.args.output_dir, merged, "--merge-lora").returncode == 0
+    assert cli_in_process("export", trainer.args.output_dir, merged, "--merge-lora").returncode == 0
     model = AutoModelForImageTextToText.from_pretrained(merged).eval()
     assert type(model).__name__ == "Cosmos3EdgeForConditionalGeneration"
     inputs = _inputs(merged)

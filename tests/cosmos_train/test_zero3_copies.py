@@ -1,7 +1,8 @@
-"""Full fine-tuning diffusion RL under DeepSpeed ZeRO-3 on 2 processes (gloo): the copies kept beside the trained
-weights (the EMA, DiffusionNFT's old policy, the frozen KL reference) are partitioned as the weights are, each
-process holding about half of each; checkpoints keep each process's slices, resume continues them bit-equal after
-kill -9, and exports gather them.
+"""Full fine-tuning of diffusion models under DeepSpeed ZeRO-3 on 2 processes (gloo), by DiffusionNFT, FlowGRPO,
+DDRL and flow-matching SFT: the copies kept beside the trained weights (the EMA, DiffusionNFT's old policy, the
+frozen KL reference) are partitioned as the weights are, each process holding about half of each; checkpoints keep
+each process's slices, resume continues them bit-equal after kill -9, and exports and validation samples gather
+the weights.
 
 Each job is compared with the same job on 2 processes under DDP, where every copy is whole. Not with 1 process:
 every process seeds the same RNG and draws its own rollout noise, so no single process draws a 2-process run's
@@ -17,12 +18,15 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from diffusion_helpers import IMAGE_PAIRS, write_diffusion_job
 from diffusion_rl_helpers import write_rl_job
 from launch_helpers import finish, kill_all, start, two_processes
+from PIL import Image
 from safetensors.torch import load_file
-from sft_helpers import cli
+from sft_helpers import cli_in_process
 
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.diffusion.loading import load_adapter, prepare_training
@@ -57,8 +61,22 @@ def ddrl_job(folder: Path, models) -> Path:
     return write_rl_job(folder, models("sana"), kind="ddrl", lora=False, algorithm=algorithm, train=train)
 
 
+def diffusion_sft_job(folder: Path, models) -> Path:
+    # Flow-matching SFT's EMA, and validation samples, which every process generates from the gathered weights.
+    train = TRAIN | {"per_device_train_batch_size": 2, "logging_steps": 1}
+    diffusion = {
+        "ema_decay": 0.9,
+        "validation_prompts": ["a red square", "a blue circle"],
+        "validation_steps": 2,
+    }
+    return write_diffusion_job(
+        folder, models("sd3"), IMAGE_PAIRS, lora=False, train=train, diffusion=diffusion
+    )
+
+
 # command: (its pipeline, its job, the copies it keeps)
 CASES = {
+    "diffusion-sft": ("sd3", diffusion_sft_job, {"ema"}),
     "nft": ("sd3", nft_job, {"ema", "old_policy", "reference"}),
     "flow-grpo": ("sana", flow_grpo_job, {"ema", "reference"}),
     "ddrl": ("sana", ddrl_job, {"ema", "reference"}),
@@ -153,6 +171,12 @@ def test_zero3_copies_are_partitioned_and_train_as_ddp(models, finished, case):
     )
     export, reference_export = (run / "safetensors" / f"step_{STEPS}" for run in (zero3_run, ddp_run))
     assert_close(transformer_weights(export), transformer_weights(reference_export), "export (EMA)")
+    for grid in sorted((zero3_run / "samples").glob("step_*/grid.png")):  # validation: 8-bit pictures
+        pixels = [
+            np.asarray(Image.open(run / "samples" / grid.parent.name / "grid.png"), dtype=int)
+            for run in (zero3_run, ddp_run)
+        ]
+        assert np.abs(pixels[0] - pixels[1]).max() <= 1, grid
     base = transformer_weights(models(family))
     moved = max((transformer_weights(reference_export)[n] - base[n]).abs().max().item() for n in base)
     assert moved > 10 * TOLERANCE, f"the EMA moved only {moved}: the comparison would not tell"
@@ -184,7 +208,7 @@ def test_zero3_nft_resumes_bit_equal_after_kill(tmp_path, models, finished):
     assert all(torch.equal(final[k], expected[k]) for k in expected), "export"
 
     # `cosmos-train export` of the checkpoint reads the EMA's slices into the whole pipeline: the run's own export.
-    result = cli("export", run / f"checkpoint-{STEPS}", tmp_path / "exported")
+    result = cli_in_process("export", run / f"checkpoint-{STEPS}", tmp_path / "exported")
     assert result.returncode == 0, result.stderr[-2000:]
     exported = transformer_weights(tmp_path / "exported")
     assert all(torch.equal(exported[k], expected[k]) for k in expected), "cosmos-train export"
