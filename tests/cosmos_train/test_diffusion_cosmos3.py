@@ -16,7 +16,7 @@ import torch
 from diffusers import DiffusionPipeline
 from peft.utils import get_peft_model_state_dict
 from safetensors.torch import load_file
-from sft_helpers import _toml, cli
+from sft_helpers import _toml, cli_in_process
 
 from cosmos_train.config import LoraSection
 from cosmos_train.diffusion.adapter import AdapterOptions, adapter_class_for, pipeline_class_name
@@ -331,7 +331,7 @@ def test_cli_diffusion_sft_trains_on_tiny_cosmos3(folder, tmp_path, mode):
     job = tmp_path / "job.toml"
     job.write_text("\n".join(lines))
 
-    result = cli("diffusion-sft", "--config", job)
+    result = cli_in_process("diffusion-sft", "--config", job)
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((tmp_path / "run" / "checkpoint-3" / "trainer_state.json").read_text())
     losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]

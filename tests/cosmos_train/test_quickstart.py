@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from diffusers import DiffusionPipeline
 from PIL import Image
-from sft_helpers import SHAPES
+from sft_helpers import SHAPES, cli_in_process
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 import transformers_cosmos3  # noqa: F401  (registers Cosmos3 with the transformers Auto classes)
@@ -92,16 +92,12 @@ def test_quickstart_cli_builds_converts_loads_and_generates(tmp_path):
     assert np.abs(_diffusion_image(summary, lora=False) - png).mean() > 2
 
     # A second run replaces its own output; a foreign folder is refused with a one-line error.
-    again = subprocess.run(
-        [exe, "quickstart", "--output-dir", out], capture_output=True, text=True, timeout=600
-    )
-    assert again.returncode == 0
+    again = cli_in_process("quickstart", "--output-dir", out)  # in this process: the console script ran above
+    assert again.returncode == 0, again.stderr[-3000:]
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("precious")
-    refused = subprocess.run(
-        [exe, "quickstart", "--output-dir", foreign], capture_output=True, text=True, timeout=120
-    )
+    refused = cli_in_process("quickstart", "--output-dir", foreign)
     assert refused.returncode == 2 and "error:" in refused.stderr
     assert (foreign / "keep.txt").read_text() == "precious"
 

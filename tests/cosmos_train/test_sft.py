@@ -8,7 +8,7 @@ import pytest
 import torch
 from peft import PeftModel
 from PIL import Image
-from sft_helpers import SHAPES, cli, cli_in_process, losses, write_job
+from sft_helpers import SHAPES, cli_in_process, losses, write_job
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
 from cosmos_train import testing as tiny
@@ -203,7 +203,7 @@ def test_non_finite_loss_stops_with_clear_message_keeping_last_good_checkpoint(t
     )
     job.write_text(job.read_text().replace("[model]\n", '[model]\ndtype = "float16"\n'))
     job.write_text(job.read_text().replace("[train]\n", '[train]\nlr_scheduler_type = "constant"\n'))
-    result = cli("sft", "--config", job)
+    result = cli_in_process("sft", "--config", job)
     assert result.returncode == 1, result.stderr[-3000:]
     error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "loss became" in error[0] and "last good checkpoint" in error[0]
