@@ -138,9 +138,8 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
         self.lora = lora  # {"r", "alpha", "target_modules"} when a LoRA is trained
         self.model_accepts_loss_kwargs = False  # our loss is a mean: Trainer scales it for accumulation
         _diffusers_safe_tensorboard(self)
-        if (
-            self.is_deepspeed_enabled
-        ):  # diffusers configs lack the `hidden_size` DeepSpeed's "auto" sizes read
+        # DeepSpeed sizes its "auto" buckets from `config.hidden_size`, which diffusers configs lack.
+        if self.is_deepspeed_enabled:
             zero3.fill_width_keys(self.args.hf_deepspeed_config, transformer_width(adapter.transformer))
         self.partitioned = zero3.zero3_enabled()
         if self.partitioned:
