@@ -111,8 +111,7 @@ class ParameterCopy:
 
         path = Path(folder) / self.filename
         if self.partitioned:
-            rank, processes = torch.distributed.get_rank(), torch.distributed.get_world_size()
-            path = path.with_name(f"{path.stem}.part{rank}-of-{processes}{path.suffix}")
+            path = _slice_path(path, torch.distributed.get_rank(), torch.distributed.get_world_size())
         tensors = {
             name: shadow.detach().cpu().contiguous()
             for name, shadow in zip(self.names, self.shadow_params, strict=True)
@@ -123,8 +122,8 @@ class ParameterCopy:
     @classmethod
     def saved_in(cls, folder: str | Path) -> bool:
         """Whether `folder` holds this kind of copy, whole or in slices."""
-        stem, suffix = Path(cls.filename).stem, Path(cls.filename).suffix
-        return (Path(folder) / cls.filename).is_file() or any(Path(folder).glob(f"{stem}.part*{suffix}"))
+        whole = Path(folder) / cls.filename
+        return whole.is_file() or any(whole.parent.glob(_slice_path(whole, "*", "*").name))
 
     def load(self, folder: str | Path) -> None:
         """Restore a copy saved by `save`, whole or in slices, on any number of processes (raises
@@ -141,6 +140,11 @@ class ParameterCopy:
         self.global_step = read.global_step
 
 
+def _slice_path(whole: Path, rank, processes) -> Path:
+    """Where process `rank` of `processes` saves its slices of a copy whose whole file is `whole`."""
+    return whole.with_name(f"{whole.stem}.part{rank}-of-{processes}{whole.suffix}")
+
+
 class _CopyFiles:
     """The saved form of a copy in a checkpoint folder: one whole file, or the slices of N processes."""
 
@@ -151,7 +155,7 @@ class _CopyFiles:
         stem, suffix = whole.stem, whole.suffix
         pattern = re.compile(rf"{re.escape(stem)}\.part(\d+)-of-(\d+){re.escape(suffix)}")
         parts = {}
-        for path in folder.glob(f"{stem}.part*{suffix}"):
+        for path in folder.glob(_slice_path(whole, "*", "*").name):
             if match := pattern.fullmatch(path.name):
                 parts[int(match[1])] = (path, int(match[2]))
         if whole.is_file():

@@ -71,7 +71,8 @@ def local_part(parameter: torch.Tensor) -> torch.Tensor:
 
 def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """The bytes this process holds of `tensors` (of a partitioned parameter, its slice)."""
-    return sum(local_part(t).numel() * local_part(t).element_size() for t in tensors)
+    held = [local_part(t) for t in tensors]
+    return sum(t.numel() * t.element_size() for t in held)
 
 
 def regather_persistent(parameters: Iterable[torch.Tensor]) -> None:

@@ -105,9 +105,8 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         self.generated_tokens = 0
         if self._is_vlm and not self.use_vllm:
             self._suppress_media_tokens()
-        if (
-            self.ref_model is not None
-        ):  # TRL's: partitioned like the policy under ZeRO-3 (`prepare_deepspeed`)
+        # TRL's reference model: partitioned like the policy under ZeRO-3 (`prepare_deepspeed`).
+        if self.ref_model is not None:
             parameters = list(self.ref_model.parameters())
             partitioned = any(map(is_partitioned, parameters))
             log_weight_copies(self.args, {"reference": held_bytes(parameters)}, partitioned)
