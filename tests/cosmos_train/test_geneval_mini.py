@@ -14,6 +14,7 @@ from cosmos_train.geneval_mini import (
     TASKS,
     Vocabulary,
     all_prompts,
+    balanced_by_task,
     detect,
     evaluate,
     geneval_mini,
@@ -112,6 +113,17 @@ def test_held_out_prompts_are_never_trained_on_and_the_split_is_seeded():
         assert held, task
         if len([r for r in all_prompts(DEFAULT) if r["tag"] == task]) >= 4:
             assert not {r["prompt"] for r in held} & trained, task
+
+
+def test_training_gives_every_task_the_same_share_of_prompts():
+    train, _ = split_prompts(DEFAULT, seed=0)
+    counts = {task: sum(r["tag"] == task for r in train) for task in TASKS}
+    assert counts["color_attr"] > sum(counts.values()) / 2  # why it is balanced
+    balanced = balanced_by_task(train)
+    assert {task: sum(r["tag"] == task for r in balanced) for task in TASKS} == dict.fromkeys(TASKS, 54)
+    assert {r["prompt"] for r in balanced} == {r["prompt"] for r in train}
+    singles = [r["prompt"] for r in balanced if r["tag"] == "single_object"]
+    assert singles[:6] == [r["prompt"] for r in train if r["tag"] == "single_object"] * 2
 
 
 def test_relative_position_is_genevals_rule():

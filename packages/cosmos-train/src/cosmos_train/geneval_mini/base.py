@@ -33,6 +33,7 @@ from .domain import (
     RELATIONS,
     Vocabulary,
     _plural,
+    balanced_by_task,
     render,
     split_prompts,
     write_metadata,
@@ -218,8 +219,8 @@ def build_base(
     train, test = split_prompts(vocabulary, seed)
     write_metadata(work / "prompts" / "train_metadata.jsonl", train)
     write_metadata(work / "prompts" / "test_metadata.jsonl", test)
-    log(f"pairs: {pairs} pictures of {len(train)} train prompts ({len(test)} held out)")
-    write_pairs(work / "pairs", train, pairs, vocabulary, seed=seed)
+    log(f"pairs: {pairs} pictures of {len(train)} train prompts ({len(test)} held out), tasks balanced")
+    write_pairs(work / "pairs", balanced_by_task(train), pairs, vocabulary, seed=seed)
     vae = train_vae(vocabulary, train, seed=seed, steps=vae_steps, log=log)
     untrained_pipeline(vocabulary, vae, seed).save_pretrained(work / "untrained")
     (work / "sft.toml").write_text(sft_job(vocabulary, seed, sft_steps))

@@ -55,7 +55,7 @@ class Vocabulary:
     shapes: tuple[str, ...] = ("circle", "square", "triangle")
     max_count: int = 4
     size: int = 32
-    object_size: tuple[float, float] = (0.28, 0.38)
+    object_size: tuple[float, float] = (0.34, 0.44)
 
     def __post_init__(self):
         unknown = [c for c in self.colors if c not in NAMED_COLORS]
@@ -173,6 +173,16 @@ def split_prompts(
         test += [records[i] for i in sorted(order[:cut])]
         train += [records[i] for i in sorted(order[cut:])]
     return train, test
+
+
+def balanced_by_task(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`records` with each task's prompts repeated (in order, cycled) to the largest task's number, so every task
+    has the same share, as in GenEval's own prompt set. Colour attribution alone has more prompts than the other
+    five tasks together; unbalanced, training would spend most of its pictures on it."""
+    by_task = {task: [r for r in records if r["tag"] == task] for task in TASKS}
+    by_task = {task: rows for task, rows in by_task.items() if rows}
+    largest = max(len(rows) for rows in by_task.values())
+    return [rows[i % len(rows)] for rows in by_task.values() for i in range(largest)]
 
 
 def write_metadata(path: str | Path, records: Iterable[dict[str, Any]]) -> Path:
