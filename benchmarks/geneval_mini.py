@@ -4,9 +4,9 @@ on held-out prompts per GenEval task, as the papers report it.
 The base (`benchmarks/geneval_mini/base`, 11 MB, hash-checked) is a tiny Stable Diffusion 3 pipeline whose
 transformer `cosmos-train diffusion-sft` trained from scratch on the shapes domain
 (`cosmos_train.geneval_mini.base.build_base`). Each algorithm trains it in full from the same start on the train
-prompts with the `geneval_mini` reward (partial credit), and `[eval]` scores the held-out prompts (4 samples
-each, GenEval's strict score, no CFG) every two rollouts. A vocabulary other than the shipped one builds its own
-base first (about 20 minutes), cached under `benchmarks/results/`.
+prompts (balanced by task) with the `geneval_mini` reward (partial credit), and `[eval]` scores the held-out
+prompts (8 samples each, GenEval's strict score, no CFG) ten times a run. A vocabulary other than the shipped one
+builds its own base first (about 30 minutes), cached under `benchmarks/results/`.
 
     python benchmarks/geneval_mini.py [--quick] [--seed N] [--seeds 3] [--colors a,b,...] [--shapes a,b,...]
                                       [--rollouts N] [--out FILE] [--rebuild-base]
@@ -28,13 +28,14 @@ from pathlib import Path
 import numpy as np
 from _common import RESULTS, first_reaching, plot_curves, run_job, write_payload
 
-from cosmos_train.geneval_mini import TASKS, Vocabulary, write_pairs
+from cosmos_train.geneval_mini import TASKS, Vocabulary, balanced_by_task, write_metadata, write_pairs
 from cosmos_train.geneval_mini.base import build_base, check_base, load_vocabulary
 
 SHIPPED = Path(__file__).resolve().parent / "geneval_mini" / "base"
 ALGORITHMS = {"nft": "nft", "flow_grpo": "flow-grpo", "ddrl": "ddrl"}
 COLORS = {"nft": "#c83c28", "flow_grpo": "#285ac8", "ddrl": "#28a050"}
-LEARNING_RATE = 3e-4
+LEARNING_RATE = 1e-4  # 3e-4 (NFT's and FlowGRPO's) wrecked this base's shapes within 25 rollouts
+UPDATES_PER_ROLLOUT = 2  # as FlowGRPO's reference; the same for all three, so rollouts and steps compare
 PROMPTS_PER_ROLLOUT = 8
 SAMPLES_PER_PROMPT = 8  # the papers' K = 24 (FlowGRPO, NFT), 8 (DDRL): 64 samples per rollout here
 
@@ -44,7 +45,8 @@ OWN_SECTIONS = {
     "nft": """
 [nft]
 beta = 1.0
-kl_beta = 0.0001
+kl_beta = 0.0
+timestep_fraction = 0.5
 decay_type = 1
 ema_decay = 0.9
 """,
@@ -70,17 +72,19 @@ def job(
     algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: int, rollouts: int, lr: float
 ) -> str:
     """The job file of one run. Scaled from the papers, and why (docs/geneval-mini.md):
-    - full fine-tuning (the base is 2.3M parameters: LoRA buys nothing) at NFT's and FlowGRPO's lr 3e-4, constant,
-      for all three (DDRL's 1e-5 is for 2B weights), for `rollouts` rollouts;
+    - full fine-tuning (the base is 2.3M parameters: LoRA buys nothing) at lr 1e-4, constant, for all three, for
+      `rollouts` rollouts of two optimizer steps each (the papers' 3e-4 wrecked this base; DDRL's 1e-5 is for 2B
+      weights);
     - K = 8 samples per prompt and 8 prompts per rollout (24 and 48 or more in the papers), 10 sampler steps
-      (as the papers train), 32 x 32 pictures;
+      (as the papers train), 32 x 32 pictures, the train prompts balanced by task (`write_training_data`);
     - no CFG anywhere: NFT and DDRL are CFG-free, and FlowGRPO's 4.5 would give it a different base score;
-    - evaluation at 20 sampler steps (the papers: 40), 4 samples per held-out prompt, every two rollouts;
-    - each algorithm's own constants as its paper sets them (NFT beta 1, KL 1e-4; FlowGRPO noise 0.7, clip 1e-4,
-      KL 0.04; DDRL data weight 0.01, every second step), EMA 0.9 per step for evaluation (theirs: thousands of
-      steps)."""
+    - evaluation at 20 sampler steps (the papers: 40), 8 samples per held-out prompt, every tenth of the run;
+    - each algorithm's own constants as its paper sets them (NFT beta 1; FlowGRPO noise 0.7, clip 1e-4, KL 0.04;
+      DDRL data weight 0.01, every second step), except NFT's: half the levels per sample (its 0.99 costs twice
+      the training per rollout) and no KL (1e-4 of it is negligible here and costs a third forward); EMA 0.9 per
+      step for evaluation (theirs: thousands of steps)."""
     kind = ALGORITHMS[algorithm]
-    updates = 2 if algorithm == "flow_grpo" else 1
+    updates = UPDATES_PER_ROLLOUT
     samples = PROMPTS_PER_ROLLOUT * SAMPLES_PER_PROMPT
     vocabulary_keys = f"colors = {list(vocabulary.colors)}, shapes = {list(vocabulary.shapes)}"
     vocabulary_keys = vocabulary_keys.replace("'", '"')
@@ -88,7 +92,7 @@ def job(
         data = f'[data]\npath = "{work / "pairs"}"\nformat = "folder"\nheight = {vocabulary.size}\nwidth = {vocabulary.size}\n'
         size = ""
     else:
-        data = f'[data]\npath = "{base / "prompts" / "train_metadata.jsonl"}"\n'
+        data = f'[data]\npath = "{work / "train_metadata.jsonl"}"\n'
         size = f"height = {vocabulary.size}\nwidth = {vocabulary.size}\n"
     return f"""\
 kind = "{kind}"
@@ -110,10 +114,10 @@ updates_per_rollout = {updates}
 {OWN_SECTIONS[algorithm]}
 [eval]
 path = "{base / "prompts" / "test_metadata.jsonl"}"
-every = {2 * updates}
+every = {max(2, rollouts // 10) * updates}
 sampling_steps = 20
 guidance_scale = 1.0
-samples_per_prompt = 4
+samples_per_prompt = 8
 seed = 1000
 
 [eval.rewards]
@@ -135,6 +139,16 @@ seed = {seed}
 """
 
 
+def write_training_data(base: Path, work: Path, vocabulary: Vocabulary, seed: int) -> None:
+    """What every run reads from `work`: the base's train prompts with each task given the same share
+    (`train_metadata.jsonl`, as GenEval's prompt set is balanced; colour attribution alone would take most
+    rollouts), and 512 pictures of them (`pairs/`, DDRL's data term)."""
+    lines = (base / "prompts" / "train_metadata.jsonl").read_text().splitlines()
+    train = balanced_by_task([json.loads(line) for line in lines])
+    write_metadata(work / "train_metadata.jsonl", train)
+    write_pairs(work / "pairs", train, 512, vocabulary, seed=seed)
+
+
 def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: int, rollouts: int, lr: float):
     """Train one algorithm (the real CLI, in a child process) and read its evaluations back."""
     folder = work / f"{algorithm}-seed{seed}"
@@ -143,7 +157,7 @@ def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: in
     (folder / "job.toml").write_text(job(algorithm, base, work, vocabulary, seed, rollouts, lr))
     started = time.perf_counter()
     history = run_job(ALGORITHMS[algorithm], folder / "job.toml", f"{algorithm} seed {seed}")
-    updates = 2 if algorithm == "flow_grpo" else 1
+    updates = UPDATES_PER_ROLLOUT
     curve = []
     for entry in history:
         if "eval/reward" not in entry:
@@ -263,7 +277,7 @@ def main() -> None:
     parser.add_argument(
         "--seeds", type=int, help="training seeds per algorithm, for the spread (3; quick: 1)"
     )
-    parser.add_argument("--rollouts", type=int, help="rollouts per run, the fixed budget (40; quick: 12)")
+    parser.add_argument("--rollouts", type=int, help="rollouts per run, the fixed budget (150; quick: 12)")
     parser.add_argument("--lr", type=float, default=LEARNING_RATE, help="learning rate of every algorithm")
     parser.add_argument(
         "--gain", type=float, default=0.15, help="target: the base's held-out score plus this"
@@ -271,12 +285,12 @@ def main() -> None:
     parser.add_argument("--colors", help="comma-separated colour names (default: the shipped base's)")
     parser.add_argument("--shapes", help="comma-separated shape names (default: the shipped base's)")
     parser.add_argument(
-        "--rebuild-base", action="store_true", help="rebuild the base model (about 20 minutes)"
+        "--rebuild-base", action="store_true", help="rebuild the base model (about 30 minutes)"
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "geneval_mini.json", help="the JSON to write")
     args = parser.parse_args()
     args.seeds = args.seeds or (1 if args.quick else 3)
-    args.rollouts = args.rollouts or (12 if args.quick else 40)
+    args.rollouts = args.rollouts or (12 if args.quick else 150)
 
     shipped = load_vocabulary(SHIPPED)
     vocabulary = Vocabulary(
@@ -294,7 +308,7 @@ def main() -> None:
         json.loads(line) for line in (base / "prompts" / "train_metadata.jsonl").read_text().splitlines()
     ]
     test = [json.loads(line) for line in (base / "prompts" / "test_metadata.jsonl").read_text().splitlines()]
-    write_pairs(work / "pairs", train, 512, vocabulary, seed=args.seed)  # DDRL's data term
+    write_training_data(base, work, vocabulary, args.seed)
 
     seeds = list(range(args.seed, args.seed + args.seeds))
     curves: dict[str, list] = {name: [] for name in ALGORITHMS}
