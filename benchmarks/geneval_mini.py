@@ -10,6 +10,7 @@ builds its own base first (about 30 minutes), cached under `benchmarks/results/`
 
     python benchmarks/geneval_mini.py [--quick] [--seed N] [--seeds 3] [--colors a,b,...] [--shapes a,b,...]
                                       [--rollouts N] [--out FILE] [--rebuild-base]
+    python benchmarks/geneval_mini.py --combine A.json B.json [--out FILE]   # seeds run apart, one report
 
 Writes JSON (`base`, `nft`, `flow_grpo`, `ddrl`, each with its held-out `overall` and per-task scores at the
 budget, over seeds; steps and seconds to the target), `<out>.png` (held-out score against rollouts and against
@@ -139,7 +140,7 @@ seed = {seed}
 """
 
 
-def write_training_data(base: Path, work: Path, vocabulary: Vocabulary, seed: int) -> None:
+def write_training_data(base: Path, work: Path, vocabulary: Vocabulary, seed: int) -> list[dict]:
     """What every run reads from `work`: the base's train prompts with each task given the same share
     (`train_metadata.jsonl`, as GenEval's prompt set is balanced; colour attribution alone would take most
     rollouts), and 512 pictures of them (`pairs/`, DDRL's data term)."""
@@ -147,6 +148,7 @@ def write_training_data(base: Path, work: Path, vocabulary: Vocabulary, seed: in
     train = balanced_by_task([json.loads(line) for line in lines])
     write_metadata(work / "train_metadata.jsonl", train)
     write_pairs(work / "pairs", train, 512, vocabulary, seed=seed)
+    return train
 
 
 def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: int, rollouts: int, lr: float):
@@ -157,7 +159,6 @@ def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: in
     (folder / "job.toml").write_text(job(algorithm, base, work, vocabulary, seed, rollouts, lr))
     started = time.perf_counter()
     history = run_job(ALGORITHMS[algorithm], folder / "job.toml", f"{algorithm} seed {seed}")
-    updates = UPDATES_PER_ROLLOUT
     curve = []
     for entry in history:
         if "eval/reward" not in entry:
@@ -166,7 +167,7 @@ def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: in
         curve.append(
             {
                 "step": entry["step"],
-                "rollout": entry["step"] // updates,
+                "rollout": entry["step"] // UPDATES_PER_ROLLOUT,
                 "seconds": entry["eval/train_seconds"],
                 "overall": statistics.fmean(tasks.values()),
                 "tasks": tasks,
@@ -288,7 +289,17 @@ def main() -> None:
         "--rebuild-base", action="store_true", help="rebuild the base model (about 30 minutes)"
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "geneval_mini.json", help="the JSON to write")
+    parser.add_argument(
+        "--combine",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="no training: one report (JSON, curves) from result files of separate runs, e.g. one seed each",
+    )
     args = parser.parse_args()
+    if args.combine:
+        print(table(combine(args.combine, args.gain, args.out)))
+        return
     args.seeds = args.seeds or (1 if args.quick else 3)
     args.rollouts = args.rollouts or (12 if args.quick else 150)
 
@@ -304,31 +315,39 @@ def main() -> None:
     work = args.out.with_suffix("")
     work = work.with_name(work.name + ".runs")
     shutil.rmtree(work, ignore_errors=True)
-    train = [
-        json.loads(line) for line in (base / "prompts" / "train_metadata.jsonl").read_text().splitlines()
-    ]
+    train = write_training_data(base, work, vocabulary, args.seed)
     test = [json.loads(line) for line in (base / "prompts" / "test_metadata.jsonl").read_text().splitlines()]
-    write_training_data(base, work, vocabulary, args.seed)
 
     seeds = list(range(args.seed, args.seed + args.seeds))
     curves: dict[str, list] = {name: [] for name in ALGORITHMS}
     folders: dict[str, Path] = {}
-    print(f"base {base}; {len(train)} train / {len(test)} held-out prompts; seeds {seeds}", flush=True)
+    print(
+        f"base {base}; {len(train)} train prompts (balanced by task) / {len(test)} held-out; seeds {seeds}",
+        flush=True,
+    )
     for seed in seeds:  # interleaved: the machine's drift touches every algorithm alike
         for algorithm in ALGORITHMS:
             curve, folder = run(algorithm, base, work, vocabulary, seed, args.rollouts, args.lr)
             curves[algorithm].append(curve)
             folders.setdefault(algorithm, folder)
+    payload = report(curves, seeds, vocabulary.as_dict(), args.rollouts, args.gain, args.out)
+    sample_grid(folders, base, test, args.out.with_name(args.out.stem + "_samples.png"))
+    print(table(payload))
 
+
+def report(
+    curves: dict[str, list], seeds: list[int], vocabulary: dict, rollouts: int, gain: float, out: Path
+):
+    """The JSON (`out`) and the curves' PNG of runs' evaluations: the base's score is the mean of every run's
+    step 0, the target that plus `gain`."""
     starts = [curve[0] for runs in curves.values() for curve in runs]
     base_score = statistics.fmean(point["overall"] for point in starts)
-    target = base_score + args.gain
+    target = base_score + gain
     results = {name: summarise(curves[name], target) for name in ALGORITHMS}
     steps_nft = [r for r in results["nft"]["rollouts_to_target"] if r is not None]
     steps_grpo = [r for r in results["flow_grpo"]["rollouts_to_target"] if r is not None]
-    out_png = args.out.with_suffix(".png")
     plot_curves(
-        out_png,
+        out.with_suffix(".png"),
         {name: results[name]["curves"] for name in ALGORITHMS},
         COLORS,
         (("rollout", "rollouts"), ("seconds", "training seconds (evaluations excluded)")),
@@ -336,11 +355,10 @@ def main() -> None:
         base_score,
         target,
     )
-    sample_grid(folders, base, test, args.out.with_name(args.out.stem + "_samples.png"))
     payload = {
-        "vocabulary": vocabulary.as_dict(),
+        "vocabulary": vocabulary,
         "seeds": seeds,
-        "budget_rollouts": args.rollouts,
+        "budget_rollouts": rollouts,
         "target": target,
         "base": {
             "overall": base_score,
@@ -352,8 +370,24 @@ def main() -> None:
             statistics.median(steps_grpo) / statistics.median(steps_nft) if steps_nft and steps_grpo else None
         ),
     }
-    write_payload(args.out, payload)
-    print(table(payload))
+    write_payload(out, payload)
+    return payload
+
+
+def combine(paths: list[Path], gain: float, out: Path) -> dict:
+    """One report from the runs of several result files (seeds run apart, e.g. on several machines): they must
+    share the vocabulary and the budget, and no seed may appear twice."""
+    payloads = [json.loads(path.read_text()) for path in paths]
+    for path, payload in zip(paths[1:], payloads[1:], strict=True):
+        for key in ("vocabulary", "budget_rollouts"):
+            if payload[key] != payloads[0][key]:
+                raise SystemExit(f"{path}: its {key} differs from {paths[0]}'s; only like runs combine")
+    seeds = [seed for payload in payloads for seed in payload["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"seeds {seeds}: a seed appears in more than one file")
+    curves = {name: [curve for p in payloads for curve in p[name]["curves"]] for name in ALGORITHMS}
+    first = payloads[0]
+    return report(curves, seeds, first["vocabulary"], first["budget_rollouts"], gain, out)
 
 
 def table(payload: dict) -> str:

@@ -8,6 +8,7 @@ run here would be noise."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 from pathlib import Path
@@ -64,3 +65,48 @@ def test_the_benchmark_recipe_scores_each_task_from_the_base(tmp_path):
     assert all(0.0 <= entry["eval/well_formed_shapes"] <= 1.0 for entry in evaluations)
     scores = held_out(trainer.state.log_history)
     assert abs(scores[0] - BASE_HELD_OUT) <= 0.02, scores
+
+
+def result_file(path: Path, seed: int, finals: dict[str, float], budget: int = 10) -> Path:
+    """A result file as `benchmarks/geneval_mini.py` writes it, for one seed: each algorithm's curve runs from
+    the base's 0.2 to `finals[algorithm]` (both tasks alike)."""
+    payload = {"vocabulary": {"colors": ["red"]}, "seeds": [seed], "budget_rollouts": budget}
+    for name, final in finals.items():
+        curve = [
+            {
+                "step": 2 * r,
+                "rollout": r,
+                "seconds": 3.0 * r,
+                "overall": s,
+                "tasks": {"a": s, "b": s},
+                "well_formed": 0.9,
+            }
+            for r, s in ((0, 0.2), (budget, final))
+        ]
+        payload[name] = {"curves": [curve]}
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def test_seeds_run_apart_combine_into_one_report(tmp_path):
+    benchmark = load_benchmark("geneval_mini")
+    first = result_file(tmp_path / "seed0.json", 0, {"nft": 0.4, "flow_grpo": 0.3, "ddrl": 0.25})
+    second = result_file(tmp_path / "seed1.json", 1, {"nft": 0.3, "flow_grpo": 0.3, "ddrl": 0.45})
+    payload = benchmark.combine([first, second], gain=0.15, out=tmp_path / "all.json")
+    assert payload["seeds"] == [0, 1]
+    assert payload["base"]["overall"] == pytest.approx(0.2)
+    assert payload["target"] == pytest.approx(0.35)
+    assert payload["nft"]["overall_per_seed"] == [0.4, 0.3]
+    assert payload["nft"]["spread"] == pytest.approx(statistics.stdev([0.4, 0.3]))
+    assert payload["nft"]["rollouts_to_target"] == [10, None]
+    assert payload["ddrl"]["rollouts_to_target"] == [None, 10]
+    assert json.loads((tmp_path / "all.json").read_text())["flow_grpo"]["overall"] == pytest.approx(0.3)
+    assert (tmp_path / "all.png").exists()
+
+    other_budget = result_file(
+        tmp_path / "seed2.json", 2, {"nft": 0.3, "flow_grpo": 0.3, "ddrl": 0.3}, budget=20
+    )
+    with pytest.raises(SystemExit, match=r"seed2\.json: its budget_rollouts differs"):
+        benchmark.combine([first, other_budget], gain=0.15, out=tmp_path / "bad.json")
+    with pytest.raises(SystemExit, match=r"seeds \[0, 0\]: a seed appears in more than one file"):
+        benchmark.combine([first, first], gain=0.15, out=tmp_path / "bad.json")
