@@ -6,8 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
 
 from diffusers_cosmos3 import ConversionError, convert
+from diffusers_cosmos3.convert import app as convert_cli
 from diffusers_cosmos3.convert import open_checkpoint
 from transformers_cosmos3.checkpoint import load_tensors
 from transformers_cosmos3.layouts import WeightNamesError
@@ -104,6 +106,7 @@ def test_refuses_missing_weights(tiny_layouts, tmp_path):
 
 
 def test_cli_converts_and_reports_errors_in_one_line(tiny_layouts, tmp_path):
+    # The console script once (it is what users type); the error and --help in process, through the same app.
     exe = Path(sys.executable).with_name("cosmos3-convert")
     ok = subprocess.run(
         [exe, tiny_layouts["diffusers"], tmp_path / "fw", "--to", "framework"],
@@ -113,11 +116,12 @@ def test_cli_converts_and_reports_errors_in_one_line(tiny_layouts, tmp_path):
     )
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "fw" / "model.safetensors").is_file()
+    runner = CliRunner()
     bad = _with_extra_tensor(tiny_layouts, tmp_path)
-    failed = subprocess.run([exe, bad, tmp_path / "x"], capture_output=True, text=True, timeout=300)
-    assert failed.returncode == 2
+    failed = runner.invoke(convert_cli, [str(bad), str(tmp_path / "x")])
+    assert failed.exit_code == 2
     assert failed.stderr.startswith("error: ") and failed.stderr.count("\n") == 1
     assert "unrelated_head.weight" in failed.stderr and "Traceback" not in failed.stderr
     assert not (tmp_path / "x").exists()
-    help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120).stdout
+    help_text = runner.invoke(convert_cli, ["--help"]).stdout
     assert "--to" in help_text and "framework" in help_text
