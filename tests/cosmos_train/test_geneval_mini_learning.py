@@ -69,7 +69,7 @@ def test_the_benchmark_recipe_scores_each_task_from_the_base(tmp_path):
 
 def result_file(path: Path, seed: int, finals: dict[str, float], budget: int = 10) -> Path:
     """A result file as `benchmarks/geneval_mini.py` writes it, for one seed: each algorithm's curve runs from
-    the base's 0.2 to `finals[algorithm]` (both tasks alike)."""
+    the base's 0.2 through 0.3 at 70% of the budget to `finals[algorithm]` (both tasks alike)."""
     payload = {"vocabulary": {"colors": ["red"]}, "seeds": [seed], "budget_rollouts": budget}
     for name, final in finals.items():
         curve = [
@@ -81,7 +81,7 @@ def result_file(path: Path, seed: int, finals: dict[str, float], budget: int = 1
                 "tasks": {"a": s, "b": s},
                 "well_formed": 0.9,
             }
-            for r, s in ((0, 0.2), (budget, final))
+            for r, s in ((0, 0.2), (budget * 7 // 10, 0.3), (budget, final))
         ]
         payload[name] = {"curves": [curve]}
     path.write_text(json.dumps(payload))
@@ -98,6 +98,9 @@ def test_seeds_run_apart_combine_into_one_report(tmp_path):
     assert payload["target"] == pytest.approx(0.35)
     assert payload["nft"]["overall_per_seed"] == [0.4, 0.3]
     assert payload["nft"]["spread"] == pytest.approx(statistics.stdev([0.4, 0.3]))
+    # The last third of 10 rollouts holds the evaluations at 7 and 10.
+    assert payload["nft"]["last_third_per_seed"] == pytest.approx([0.35, 0.3])
+    assert payload["nft"]["last_third_spread"] == pytest.approx(statistics.stdev([0.35, 0.3]))
     assert payload["nft"]["rollouts_to_target"] == [10, None]
     assert payload["ddrl"]["rollouts_to_target"] == [None, 10]
     assert json.loads((tmp_path / "all.json").read_text())["flow_grpo"]["overall"] == pytest.approx(0.3)
