@@ -13,8 +13,9 @@ builds its own base first (about 30 minutes), cached under `benchmarks/results/`
     python benchmarks/geneval_mini.py --combine A.json B.json [--out FILE]   # seeds run apart, one report
 
 Writes JSON (`base`, `nft`, `flow_grpo`, `ddrl`, each with its held-out `overall` and per-task scores at the
-budget, over seeds; steps and seconds to the target), `<out>.png` (held-out score against rollouts and against
-training seconds) and `<out>_samples.png` (base against each algorithm on a few held-out prompts).
+budget and the mean over the budget's last third, over seeds; steps and seconds to the target), `<out>.png`
+(held-out score against rollouts and against training seconds) and `<out>_samples.png` (base against each
+algorithm on a few held-out prompts).
 """
 
 from __future__ import annotations
@@ -346,7 +347,7 @@ def main() -> None:
 
 def report(
     curves: dict[str, list], seeds: list[int], vocabulary: dict, rollouts: int, gain: float, out: Path
-):
+) -> dict:
     """The JSON (`out`) and the curves' PNG of runs' evaluations: the base's score is the mean of every run's
     step 0, the target that plus `gain`."""
     starts = [curve[0] for runs in curves.values() for curve in runs]
