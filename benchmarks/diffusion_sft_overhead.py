@@ -3,7 +3,7 @@ same cached latents and text embeddings, same loss, AdamW and gradient clipping.
 
     uv run python benchmarks/diffusion_sft_overhead.py [--steps 10] [--warmup 3] [--rounds 5]
 
-The pipeline is the tiny SD3 one (`cosmos_train.tiny_pipelines.build_sd3`: CLIP x2, T5, 2x VAE) with a
+The pipeline is the tiny SD3 one (`cosmos_train.tiny_models.pipelines.build_sd3`: CLIP x2, T5, 2x VAE) with a
 bigger MMDiT in place of its 2-block toy (`TRANSFORMER`: 4 joint blocks, 4 heads of 48, width 192, about
 5M parameters), trained in full on 16 pairs of 64x64 images (32x32 latents: 256 image tokens + 77 CLIP
 + 32 T5 text tokens), batch 4, one thread: a step takes about half a second, so compute dominates.
@@ -64,7 +64,7 @@ def save_pipeline(folder: Path, transformer: dict, text: dict | None = None, vae
     from diffusers import AutoencoderKL, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
-    from cosmos_train.tiny_pipelines import build_sd3
+    from cosmos_train.tiny_models.pipelines import build_sd3
     from transformers_cosmos3.testing import randomize_weights
 
     def seeded(seed: int, module: torch.nn.Module) -> torch.nn.Module:
@@ -220,7 +220,7 @@ class StepTimer(TrainerCallback):
 def trainer_steps(job_path: Path, steps: int, warmup: int) -> dict:
     """The real trainer on `job_path`: steady-state seconds per step after `warmup` steps."""
     from cosmos_train.jobs import read_job
-    from cosmos_train.trainers.diffusion_sft_trainer import run_diffusion_sft
+    from cosmos_train.algorithms.diffusion_sft.trainer import run_diffusion_sft
 
     job = read_job(job_path)
     timer = StepTimer(warmup)
@@ -319,7 +319,7 @@ def main() -> None:
         # Write the cache once (a one-step run), so every round's trainer and bare loop hit it.
         prime = write_job(scratch / "prime", model_dir, data, True, cache_dir, {"max_steps": 1})
         from cosmos_train.jobs import read_job
-        from cosmos_train.trainers.diffusion_sft_trainer import run_diffusion_sft
+        from cosmos_train.algorithms.diffusion_sft.trainer import run_diffusion_sft
 
         run_diffusion_sft(read_job(prime))
         from diffusers import SD3Transformer2DModel
@@ -346,7 +346,7 @@ def main() -> None:
     results = {
         "setup": {
             "transformer": {**TRANSFORMER, "parameters": transformer_params},
-            "encoders": "tiny (cosmos_train.tiny_pipelines.build_sd3); out of both sides: cached",
+            "encoders": "tiny (cosmos_train.tiny_models.pipelines.build_sd3); out of both sides: cached",
             "images": f"{PAIRS} pairs of {SIZE}x{SIZE} (latents 4x{SIZE // 2}x{SIZE // 2})",
             "text_tokens": 77 + MAX_SEQUENCE_LENGTH,
             "batch": BATCH,

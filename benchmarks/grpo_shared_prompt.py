@@ -26,8 +26,8 @@ from _common import median, timed, write_results
 from PIL import Image
 
 from cosmos_train.jobs import read_job
-from cosmos_train.testing import save_tiny_vlm
-from cosmos_train.trainers.grpo_trainer import build_grpo_trainer
+from cosmos_train.tiny_models import save_tiny_vlm
+from cosmos_train.algorithms.grpo.trainer import build_grpo_trainer
 from transformers_cosmos3.testing import Sizes
 
 SIZES = Sizes(

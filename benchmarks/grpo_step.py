@@ -140,7 +140,7 @@ def our_dataset():
     """The prompts as a cosmos-train job loads them for a text LM (`build_grpo_trainer`)."""
     from cosmos_train.data import to_text_messages
     from cosmos_train.data.chat_prompts import load_prompts
-    from cosmos_train.trainers.grpo_config import PromptData
+    from cosmos_train.algorithms.grpo.schema import PromptData
 
     dataset, _ = load_prompts(PromptData(format="jsonl", path=str(PROMPTS)))
     return dataset.map(lambda row: {"prompt": to_text_messages(row["prompt"], row["source"])})
@@ -172,8 +172,8 @@ def build(side: str, model_dir: Path, datasets: dict, output_dir: Path, steps: i
     from trl import GRPOTrainer
 
     from cosmos_train.rewards import checked
-    from cosmos_train.trainers.grpo_config import GRPORolloutSection
-    from cosmos_train.trainers.grpo_trainer import CosmosGRPOTrainer
+    from cosmos_train.algorithms.grpo.schema import GRPORolloutSection
+    from cosmos_train.algorithms.grpo.trainer import CosmosGRPOTrainer
 
     common = {
         "model": AutoModelForCausalLM.from_pretrained(model_dir),
@@ -226,7 +226,7 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
-    from cosmos_train.testing import save_tiny_text_lm
+    from cosmos_train.tiny_models import save_tiny_text_lm
     from transformers_cosmos3 import testing as tiny
 
     sizes = tiny.SMALL if args.size == "small" else tiny.TINY

@@ -27,7 +27,7 @@ MAX_LENGTH = 1024
 
 def train(model_dir: Path, data: Path, folder: Path, packing: bool) -> dict:
     from cosmos_train.jobs import read_job
-    from cosmos_train.trainers.sft_trainer import run_sft
+    from cosmos_train.algorithms.sft.trainer import run_sft
 
     folder.mkdir()
     job_path = write_job(
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=400)
     args = parser.parse_args()
 
-    from cosmos_train import testing as tiny
+    from cosmos_train import tiny_models as tiny
 
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)

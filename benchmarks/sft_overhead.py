@@ -46,7 +46,7 @@ class StepTimer(TrainerCallback):
 
 def trainer_steps(model_dir: Path, folder: Path, steps: int, warmup: int) -> dict:
     from cosmos_train.jobs import read_job
-    from cosmos_train.trainers.sft_trainer import run_sft
+    from cosmos_train.algorithms.sft.trainer import run_sft
 
     job_path = write_job(
         folder,
@@ -77,7 +77,7 @@ def bare_steps(model_dir: Path, steps: int, warmup: int) -> dict:
 
     from cosmos_train.data import build_collator, load_conversations
     from cosmos_train.samples import shapes_dir
-    from cosmos_train.trainers.sft_config import ConversationData
+    from cosmos_train.algorithms.sft.schema import ConversationData
     from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
     data = ConversationData(

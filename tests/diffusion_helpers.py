@@ -80,7 +80,7 @@ def write_diffusion_job(
 
 def fixed_loss(adapter, model, batch: dict, diffusion, seeds=(0, 1, 2, 3)) -> float:
     """The SFT loss on `batch` averaged over fixed noise seeds: comparable before and after training."""
-    from cosmos_train.trainers.diffusion_sft_trainer import flow_matching_step
+    from cosmos_train.algorithms.diffusion_sft.trainer import flow_matching_step
 
     values = []
     with torch.random.fork_rng(), torch.no_grad():

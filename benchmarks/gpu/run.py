@@ -228,7 +228,7 @@ def build_sd3(folder: Path, spec: dict, device: str, seed: int = 0) -> dict[str,
     )
     from transformers import T5Config, T5EncoderModel
 
-    from cosmos_train.tiny_pipelines import byte_tokenizer, clip_text_encoder
+    from cosmos_train.tiny_models.pipelines import byte_tokenizer, clip_text_encoder
 
     clip_tokenizers = (byte_tokenizer(77), byte_tokenizer(77))
     t5_tokenizer = byte_tokenizer(spec["t5_max_length"])
@@ -532,9 +532,9 @@ def patch_run(case: Case, save: bool) -> None:
 
     module = importlib.import_module(
         {
-            "nft": "cosmos_train.trainers.diffusion_rl",
-            "grpo": "cosmos_train.trainers.grpo_trainer",
-            "sft": "cosmos_train.trainers.sft_trainer",
+            "nft": "cosmos_train.algorithms.diffusion_rl.trainer",
+            "grpo": "cosmos_train.algorithms.grpo.trainer",
+            "sft": "cosmos_train.algorithms.sft.trainer",
         }[case.kind]
     )
     if not save:
@@ -616,7 +616,7 @@ def run_case(case: Case, tiny: bool, device: str, save: bool, result: dict) -> N
         if case.kind == "nft":
             time_methods(job.kind.trainer_class(), {"rollout": "rollout", "score": "reward"}, meter, sync)
         elif case.kind == "grpo":
-            from cosmos_train.trainers.grpo_trainer import CosmosGRPOTrainer
+            from cosmos_train.algorithms.grpo.trainer import CosmosGRPOTrainer
 
             phases = {"_generate_and_score_completions": "rollout", "_generate_single_turn": "generate"}
             time_methods(CosmosGRPOTrainer, phases, meter, sync)

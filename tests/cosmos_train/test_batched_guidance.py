@@ -191,8 +191,8 @@ def test_stack_conditioning_rules():
 
 
 def test_the_rollout_switch_reaches_the_guidance():
-    from cosmos_train.trainers.diffusion_rl import DiffusionRLTrainer
-    from cosmos_train.trainers.flow_grpo_config import SDERolloutSection
+    from cosmos_train.algorithms.diffusion_rl.trainer import DiffusionRLTrainer
+    from cosmos_train.algorithms.flow_grpo.schema import SDERolloutSection
 
     assert SDERolloutSection().batched_guidance is True
     unconditional = {"prompt_embeds": torch.zeros(1, 3, 4)}

@@ -188,7 +188,7 @@ class ToyJob(JobSchema):
     toy: ToySection
     train: trainer_section(TrainingArguments, name="ToyTrain", overrides={"output_dir": (str, ...)})
 
-    def training_arguments(self, source):
+    def training_arguments(self, source, launch=True):
         return job_config.build_training_arguments(TrainingArguments, self.train, source)
 
 

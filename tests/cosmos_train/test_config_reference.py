@@ -8,7 +8,7 @@ from sft_helpers import REPO
 from typer.testing import CliRunner
 
 from cosmos_train.cli import app
-from cosmos_train.config_reference import markdown, reference, with_key_tables
+from cosmos_train.config.reference import markdown, reference, with_key_tables
 from cosmos_train.kinds import BUILTIN_KINDS
 
 KINDS = {kind.name: kind for kind in BUILTIN_KINDS}
@@ -33,7 +33,7 @@ def test_a_commands_help_lists_its_job_keys(kind):
 
 
 def test_the_written_references_are_current():
-    """Regenerate with `python -m cosmos_train.config_reference` when this fails."""
+    """Regenerate with `python -m cosmos_train.config.reference` when this fails."""
     assert (REPO / "docs" / "job-files.md").read_text() == markdown(KINDS)
     readme = (REPO / "README.md").read_text()
     assert readme.count("<!-- job-keys ") >= 4

@@ -21,7 +21,7 @@ from cosmos_train.rewards.cosmos_reason1 import (
     sample_frames,
 )
 from cosmos_train.rewards.scorers import ScorerLoadError
-from cosmos_train.testing import save_tiny_vlm
+from cosmos_train.tiny_models import save_tiny_vlm
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

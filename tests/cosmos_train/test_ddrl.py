@@ -66,8 +66,8 @@ def test_data_term_holds_the_samples_near_the_data(tmp_path, tiny):
 
 def test_prompts_are_the_data_captions_and_the_data_term_rides_every_trained_step(tmp_path, tiny):
     job = read_job(write_rl_job(tmp_path, tiny("sana"), kind="ddrl", rollout={"samples_per_prompt": 2}))
+    from cosmos_train.algorithms.diffusion_rl.trainer import build_diffusion_rl_trainer
     from cosmos_train.data import collate_pairs, load_pairs
-    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
     trainer = build_diffusion_rl_trainer(job)
     seen = []
@@ -100,8 +100,8 @@ def test_video_rollouts_are_conditioned_on_the_items_first_frame(tmp_path, tiny)
             data={"path": str(pairs), "num_frames": 9},
         )
     )
+    from cosmos_train.algorithms.diffusion_rl.trainer import build_diffusion_rl_trainer
     from cosmos_train.data import collate_pairs, load_pairs
-    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
     trainer = build_diffusion_rl_trainer(job)
     dataset, _ = load_pairs(job.config.data, video=True)
@@ -151,8 +151,8 @@ def test_ddrl_refuses_what_it_does_not_do(tmp_path, tiny):
 def test_sd3_grids_start_at_pure_noise_and_cap_at_edm_sigma_max(tmp_path, tiny):
     """SD3's flow grid starts at sigma = 1 (infinitely far in EDM units): the 2ab sampler starts at 200, as
     cosmos-rl's sigma_max, and DDRL runs on SD3 (it divided by zero)."""
+    from cosmos_train.algorithms.ddrl.loss import EDM_SIGMA_MAX, edm_levels
     from cosmos_train.diffusion.sampling import to_edm
-    from cosmos_train.trainers.ddrl_trainer import EDM_SIGMA_MAX, edm_levels
 
     assert to_edm(1.0) == math.inf and to_edm(0.5) == 1.0
     trainer = read_job(

@@ -13,7 +13,7 @@ from cosmos_train.diffusion.adapter import (
     adapter_class_for,
     pipeline_class_name,
 )
-from cosmos_train.tiny_pipelines import PIPELINES, save_tiny_pipeline
+from cosmos_train.tiny_models.pipelines import PIPELINES, save_tiny_pipeline
 
 torch.set_num_threads(1)
 
@@ -275,8 +275,8 @@ def test_cosmos_condition_frames_drawn_from_the_mix(folders):
 def test_sd3_says_once_that_long_prompts_are_truncated(capfd, caplog):
     """diffusers warns on every encode (each training step) and shows the cut text as ''; the adapter says it
     once, with the limits."""
-    from cosmos_train.diffusion.sd3 import StableDiffusion3Adapter
-    from cosmos_train.tiny_pipelines import build_sd3
+    from cosmos_train.diffusion.families.sd3 import StableDiffusion3Adapter
+    from cosmos_train.tiny_models.pipelines import build_sd3
 
     adapter = StableDiffusion3Adapter(build_sd3(), AdapterOptions(max_sequence_length=16))
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""The Cosmos3 adapter (`cosmos_train.diffusion.cosmos3`) on the tiny `Cosmos3OmniPipeline`: found from a saved
+"""The Cosmos3 adapter (`cosmos_train.diffusion.families.cosmos3`) on the tiny `Cosmos3OmniPipeline`: found from a saved
 folder; its batched velocity equals upstream's per-sample forward (the pipeline's own call) under mixed
 conditioning; conditioning modes follow the mix; the loss ignores clean frames; the reasoner stays frozen; the
 LoRA export loads in plain diffusers with the documented call and its framework copy round-trips; and
@@ -20,10 +20,10 @@ from sft_helpers import _toml, cli_in_process
 
 from cosmos_train.config import LoraSection
 from cosmos_train.diffusion.adapter import AdapterOptions, adapter_class_for, pipeline_class_name
-from cosmos_train.diffusion.cosmos3 import FRAMEWORK_LORA, GENERATOR_PARAMETER, Cosmos3Adapter
+from cosmos_train.diffusion.families.cosmos3 import FRAMEWORK_LORA, GENERATOR_PARAMETER, Cosmos3Adapter
 from cosmos_train.diffusion.flow import add_noise, flow_matching_loss
 from cosmos_train.diffusion.loading import load_adapter, prepare_training
-from cosmos_train.tiny_pipelines import save_tiny_pipeline
+from cosmos_train.tiny_models.pipelines import save_tiny_pipeline
 from diffusers_cosmos3 import lora_to_diffusers
 from diffusers_cosmos3.batched import _REASONER_PARAM, Cosmos3TrainingSample, per_sample_forward
 
@@ -386,7 +386,7 @@ def main(rank, world, port):
 
 def check(rank, world, mode):
     from diffusers_cosmos3.testing import build_pipeline
-    from cosmos_train.diffusion.cosmos3 import Cosmos3Adapter
+    from cosmos_train.diffusion.families.cosmos3 import Cosmos3Adapter
     from cosmos_train.config import LoraSection
     from cosmos_train.diffusion.loading import prepare_training
     adapter = Cosmos3Adapter(build_pipeline())

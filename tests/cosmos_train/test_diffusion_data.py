@@ -425,8 +425,8 @@ def test_a_changed_encoder_invalidates_the_cache(image_pairs, tmp_path):
 
 
 def test_cached_encodings_equal_encoding_on_the_fly(tmp_path):
-    from cosmos_train.diffusion.sd3 import StableDiffusion3Adapter
-    from cosmos_train.tiny_pipelines import build_sd3
+    from cosmos_train.diffusion.families.sd3 import StableDiffusion3Adapter
+    from cosmos_train.tiny_models.pipelines import build_sd3
 
     folder = tmp_path / "pairs"
     for index, color in enumerate((RED, BLUE)):

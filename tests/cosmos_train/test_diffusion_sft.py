@@ -19,13 +19,13 @@ from diffusion_helpers import IMAGE_PAIRS, fixed_loss, write_diffusion_job, writ
 from safetensors.torch import load_file
 from sft_helpers import cli, cli_in_process
 
+from cosmos_train.algorithms.diffusion_sft.trainer import run_diffusion_sft
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.diffusion.adapter import adapter_class_for, pipeline_class_name
 from cosmos_train.diffusion.loading import load_adapter
 from cosmos_train.diffusion.weights import ExponentialAverage
 from cosmos_train.jobs import read_job
-from cosmos_train.tiny_pipelines import PIPELINES
-from cosmos_train.trainers.diffusion_sft_trainer import run_diffusion_sft
+from cosmos_train.tiny_models.pipelines import PIPELINES
 
 EMA_FILE = ExponentialAverage.filename
 

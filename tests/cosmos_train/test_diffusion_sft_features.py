@@ -15,9 +15,9 @@ from diffusion_helpers import IMAGE_PAIRS, write_diffusion_job, write_video_pair
 from sft_helpers import cli_in_process
 from transformers import TrainerCallback
 
+from cosmos_train.algorithms.diffusion_sft.trainer import run_diffusion_sft
 from cosmos_train.jobs import read_job
-from cosmos_train.tiny_pipelines import save_tiny_pipeline
-from cosmos_train.trainers.diffusion_sft_trainer import run_diffusion_sft
+from cosmos_train.tiny_models.pipelines import save_tiny_pipeline
 
 PROMPTS = ["a red square on a white background", "a blue circle on a white background"]
 ONE_STEP = {"max_steps": 1, "logging_steps": 1, "save_strategy": "no"}

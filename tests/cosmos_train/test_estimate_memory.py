@@ -25,7 +25,7 @@ CHILD = r"""
 import json, os, resource, sys
 import torch, transformers, trl, datasets  # noqa: F401  (imported before the baseline)
 from cosmos_train.jobs import read_job
-import cosmos_train.trainers.sft_trainer  # noqa: F401
+import cosmos_train.algorithms.sft.trainer  # noqa: F401
 
 def rss():
     with open("/proc/self/statm") as handle:

@@ -13,7 +13,7 @@ from sft_helpers import REPO, SHAPES, cli
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
-from cosmos_train import testing as tiny
+from cosmos_train import tiny_models as tiny
 from cosmos_train.cli import app
 
 FOLDERS = ("sft", "grpo", "diffusion_sft", "diffusion_rl")

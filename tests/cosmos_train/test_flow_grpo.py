@@ -9,9 +9,9 @@ import pytest
 import torch
 from diffusion_rl_helpers import rewards, rises, write_rl_job
 
+from cosmos_train.algorithms.flow_grpo.loss import clipped_policy_loss
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.jobs import read_job
-from cosmos_train.trainers.flow_grpo_trainer import clipped_policy_loss
 
 tiny = diffusion_rl_helpers.tiny  # fixtures
 _one_thread = diffusion_rl_helpers._one_thread
@@ -51,8 +51,8 @@ def test_recomputed_log_prob_equals_the_rollout_one(tmp_path, tiny, guidance):
         )
     )
     assert job.config.rollout.updates_per_rollout == 2  # the reference's: one chunk each
+    from cosmos_train.algorithms.diffusion_rl.trainer import build_diffusion_rl_trainer
     from cosmos_train.data import collate_prompts, load_prompt_list
-    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
     trainer = build_diffusion_rl_trainer(job)
     adapter = trainer.adapter
@@ -88,8 +88,8 @@ def test_recompute_detects_a_mismatched_guidance(tmp_path, tiny):
             train={"per_device_train_batch_size": 4},
         )
     )
+    from cosmos_train.algorithms.diffusion_rl.trainer import build_diffusion_rl_trainer
     from cosmos_train.data import collate_prompts, load_prompt_list
-    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
     trainer = build_diffusion_rl_trainer(job)
     prompts, _ = load_prompt_list(job.config.data)

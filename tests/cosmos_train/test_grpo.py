@@ -20,12 +20,12 @@ from sft_helpers import REPO, SHAPES
 from transformers import AutoProcessor, TrainerCallback
 from typer.testing import CliRunner
 
-from cosmos_train import testing as tiny
+from cosmos_train import tiny_models as tiny
+from cosmos_train.algorithms.grpo.trainer import EpochSeededRepeatSampler, _merge_rollouts, run_grpo
 from cosmos_train.cli import app
 from cosmos_train.data import load_video
 from cosmos_train.jobs import read_job
 from cosmos_train.rewards import RewardError
-from cosmos_train.trainers.grpo_trainer import EpochSeededRepeatSampler, _merge_rollouts, run_grpo
 
 LEARN = {
     "max_steps": 20,
@@ -296,7 +296,7 @@ def test_grpo_learns_from_a_remote_reward(tmp_path, text_lm, monkeypatch):
 def test_remote_reward_service_down_fails_before_the_model_loads(tmp_path, text_lm, monkeypatch):
     import socket
 
-    import cosmos_train.trainers.grpo_trainer as grpo_trainer
+    import cosmos_train.algorithms.grpo.trainer as grpo_trainer
 
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
@@ -338,7 +338,7 @@ def test_shared_prompt_rollouts_equal_trl_generation_when_greedy(
 ):
     """One prefill per distinct prompt, its cache repeated for the group: greedy completions equal TRL's own
     generation (each prompt prefilled K times) token for token, text and video prompts alike."""
-    from cosmos_train.trainers.grpo_trainer import build_grpo_trainer
+    from cosmos_train.algorithms.grpo.trainer import build_grpo_trainer
 
     model = {"qwen3": text_lm, "qwen3_vl": vlm}.get(family) or tiny.save_tiny_model(
         "cosmos3", tmp_path / "c3"

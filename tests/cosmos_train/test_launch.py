@@ -26,11 +26,11 @@ from peft import PeftModel
 from sft_helpers import SHAPES, cli_in_process, losses, write_job
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-from cosmos_train import testing as tiny
+from cosmos_train import tiny_models as tiny
+from cosmos_train.algorithms.sft.trainer import run_sft
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.jobs import read_job
 from cosmos_train.launch import ACCELERATE_CONFIG
-from cosmos_train.trainers.sft_trainer import run_sft
 from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
 STEPS = 4

@@ -19,7 +19,7 @@ from cosmos_train.cli import app
 from cosmos_train.diffusion.adapter import adapter_class_for, pipeline_class_name
 from cosmos_train.diffusion.weights import ExponentialAverage, OldPolicy, old_policy_decay
 from cosmos_train.jobs import read_job
-from cosmos_train.tiny_pipelines import PIPELINES
+from cosmos_train.tiny_models.pipelines import PIPELINES
 
 EMA_FILE, OLD_POLICY_FILE = ExponentialAverage.filename, OldPolicy.filename
 

@@ -3,9 +3,9 @@
 import pytest
 from sft_helpers import losses, write_job, write_ragged_chats
 
-from cosmos_train import testing as tiny
+from cosmos_train import tiny_models as tiny
+from cosmos_train.algorithms.sft.trainer import run_sft
 from cosmos_train.jobs import read_job
-from cosmos_train.trainers.sft_trainer import run_sft
 
 
 def _first_loss(folder, model, data, packing):

@@ -115,8 +115,8 @@ def test_a_broken_plugin_is_skipped_with_a_warning(tmp_path, monkeypatch, caplog
 
 
 def test_an_adapter_named_by_a_dotted_path_is_the_one_used(tmp_path, tiny_pipeline):
+    from cosmos_train.algorithms.diffusion.trainer import load_for_training
     from cosmos_train.config import ConfigError
-    from cosmos_train.trainers.diffusion_base import load_for_training
 
     job = toy_job(tmp_path, tiny_pipeline("sd3"), kind="toy_algorithm:TOY_KIND")
     text = job.read_text().replace(

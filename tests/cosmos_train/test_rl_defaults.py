@@ -9,11 +9,11 @@ import diffusion_rl_helpers
 import pytest
 from diffusion_rl_helpers import write_rl_job
 
+from cosmos_train.algorithms.diffusion_rl.schema import DiffusionRolloutSection, RLLoraSection
+from cosmos_train.algorithms.diffusion_rl.trainer import rl_sample_size
 from cosmos_train.config import PipelineSection
 from cosmos_train.diffusion.loading import load_adapter, prepare_training
 from cosmos_train.jobs import read_job
-from cosmos_train.trainers.diffusion_rl import rl_sample_size
-from cosmos_train.trainers.diffusion_rl_config import DiffusionRolloutSection, RLLoraSection
 
 tiny = diffusion_rl_helpers.tiny  # fixtures
 _one_thread = diffusion_rl_helpers._one_thread
@@ -56,7 +56,8 @@ def test_sd3_rl_samples_at_512_with_128_tokens(tmp_path, tiny):
     assert rl_sample_size(adapter, DiffusionRolloutSection(height=64, width=96)) == (64, 96, None)
     job_file = write_rl_job(tmp_path, tiny("sd3"), kind="nft")
     job_file.write_text(job_file.read_text().replace("max_sequence_length = 16\n", ""))
-    assert read_job(job_file).config.adapter_options().max_sequence_length == 128
+    config = read_job(job_file).config
+    assert config.text_tokens(type(adapter)) == 128
     sana = load_adapter(str(tiny("sana")))  # other families: the pipeline's own size
     assert rl_sample_size(sana, DiffusionRolloutSection()) == sana.default_size()
 
@@ -91,7 +92,7 @@ def test_the_whole_pipeline_goes_to_the_process_device(tmp_path, tiny):
 
     import torch
 
-    from cosmos_train.trainers.diffusion_base import load_for_training
+    from cosmos_train.algorithms.diffusion.trainer import load_for_training
 
     job = read_job(write_rl_job(tmp_path, tiny("sd3"), kind="nft"))
     elsewhere = SimpleNamespace(args=SimpleNamespace(seed=0, device=torch.device("meta")), config=job.config)

@@ -26,6 +26,13 @@ import pytest
 import torch
 from diffusion_rl_helpers import write_rl_job
 
+from cosmos_train.algorithms.ddrl.loss import ddrl_advantages, edm_levels, log_ratio
+from cosmos_train.algorithms.diffusion_rl.advantages import group_advantages
+from cosmos_train.algorithms.diffusion_rl.trainer import build_diffusion_rl_trainer
+from cosmos_train.algorithms.flow_grpo.loss import rows_to_train, step_kl
+from cosmos_train.algorithms.flow_grpo.schema import FlowGRPOSection
+from cosmos_train.algorithms.flow_grpo.trainer import FlowGRPOTrainer
+from cosmos_train.algorithms.nft.loss import nft_loss, optimality_probability
 from cosmos_train.diffusion.sampling import (
     ab2_step,
     churn_eta,
@@ -37,11 +44,6 @@ from cosmos_train.diffusion.sampling import (
 )
 from cosmos_train.diffusion.weights import ExponentialAverage, OldPolicy
 from cosmos_train.jobs import read_job
-from cosmos_train.trainers.ddrl_trainer import ddrl_advantages, edm_levels, log_ratio
-from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer, group_advantages
-from cosmos_train.trainers.flow_grpo_config import FlowGRPOSection
-from cosmos_train.trainers.flow_grpo_trainer import FlowGRPOTrainer, rows_to_train, step_kl
-from cosmos_train.trainers.nft_trainer import nft_loss, optimality_probability
 
 tiny = diffusion_rl_helpers.tiny  # fixtures
 _one_thread = diffusion_rl_helpers._one_thread
@@ -82,7 +84,7 @@ def test_the_global_std_spans_every_process(tmp_path):
             """
             import json, sys, torch
             from accelerate import Accelerator
-            from cosmos_train.trainers.diffusion_rl import group_advantages_across
+            from cosmos_train.algorithms.diffusion_rl.advantages import group_advantages_across
             accelerator = Accelerator(cpu=True)
             rank = accelerator.process_index
             rewards = torch.tensor([[0.1, 0.5, 0.3, 0.9], [0.2, 0.2, 0.8, 0.4]][rank], dtype=torch.float64)
@@ -512,7 +514,7 @@ def test_ddrl_trainer_loss_is_the_reference(tmp_path, tiny):
 
 def test_the_weighted_reward_sum_and_its_clip():
     """R = sum_f w_f s_f (the references' `multi_score`); with cosmos-rl's clip, each score and the sum to +-clip."""
-    from cosmos_train.trainers.diffusion_rl import weighted_reward
+    from cosmos_train.algorithms.diffusion_rl.advantages import weighted_reward
 
     scores = {"a": torch.tensor([1.0, -8.0, 3.0]), "b": torch.tensor([2.0, 0.5, 9.0])}
     weights = {"a": 1.0, "b": 0.5}
@@ -523,7 +525,7 @@ def test_the_weighted_reward_sum_and_its_clip():
 
 def test_same_latent_gives_each_prompt_group_one_noise():
     """FlowGRPO's `same_latent` and DDRL's `use_same_seed`: K samples of a prompt start from one noise."""
-    from cosmos_train.trainers.diffusion_rl import DiffusionRLTrainer
+    from cosmos_train.algorithms.diffusion_rl.trainer import DiffusionRLTrainer
 
     trainer = SimpleNamespace(
         latent_shape=lambda: (2, 3), adapter=SimpleNamespace(device="cpu"), group_size=2

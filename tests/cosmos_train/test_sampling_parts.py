@@ -91,8 +91,8 @@ def test_a_batched_guided_call_is_cut_by_its_stacked_rows(adapter_for):
 def test_each_trainer_samples_its_rollout_in_parts(tmp_path, tiny_pipeline, kind):
     """The same rollout (noise drawn alike) with `sampling_batch_size = 3` as in one call per step: 8 rows in calls
     of 3, 3 and 2, and the same clean samples; the VAE decodes in the same parts."""
+    from cosmos_train.algorithms.diffusion_rl.trainer import build_diffusion_rl_trainer
     from cosmos_train.data import collate_pairs, load_pairs
-    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
     guided = {"guidance_scale": 2.0, "batched_guidance": False} if kind == "flow-grpo" else {}
     rollout = {"samples_per_prompt": 4, "sampling_steps": 3, "sampling_batch_size": 3} | guided
@@ -129,7 +129,7 @@ def test_each_trainer_samples_its_rollout_in_parts(tmp_path, tiny_pipeline, kind
 def test_each_decoded_part_is_submitted_before_any_score_is_awaited(tmp_path, tiny_pipeline):
     """With a remote reward (a function with `submit` / `fetch`), part i is on its way to the service while part
     i + 1 decodes; the scores are collected, in row order, only after the last part is submitted."""
-    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
+    from cosmos_train.algorithms.diffusion_rl.trainer import build_diffusion_rl_trainer
 
     rollout = {"samples_per_prompt": 4, "sampling_steps": 2, "sampling_batch_size": 3}
     job = read_job(write_rl_job(tmp_path, tiny_pipeline("sd3"), kind="nft", rollout=rollout))

@@ -11,9 +11,9 @@ from PIL import Image
 from sft_helpers import SHAPES, cli_in_process, losses, write_job
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
-from cosmos_train import testing as tiny
+from cosmos_train import tiny_models as tiny
+from cosmos_train.algorithms.sft.trainer import run_sft
 from cosmos_train.jobs import read_job
-from cosmos_train.trainers.sft_trainer import run_sft
 from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
 

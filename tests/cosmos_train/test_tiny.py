@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cosmos_train.testing import save_tiny_model
+from cosmos_train.tiny_models import save_tiny_model
 from diffusers_cosmos3 import testing as diffusers_tiny
 from transformers_cosmos3 import testing as tiny
 
@@ -74,7 +74,7 @@ def test_tiny_pipelines_load_in_plain_diffusers(tiny_pipeline):
     import subprocess
     import sys
 
-    from cosmos_train.tiny_pipelines import PIPELINES
+    from cosmos_train.tiny_models.pipelines import PIPELINES
 
     code = (
         "import sys\n"

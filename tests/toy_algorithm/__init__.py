@@ -7,7 +7,7 @@ from cosmos_train.kinds import JobKind
 TOY_KIND = JobKind(
     "toy-rl",
     schema="toy_algorithm.toy_config:ToyJob",
-    run="cosmos_train.trainers.diffusion_rl:run_diffusion_rl",
+    run="cosmos_train.algorithms.diffusion_rl.trainer:run_diffusion_rl",
     trainer="toy_algorithm.toy_trainer:ToyTrainer",
     family="diffusion",
     help="""Toy RL: reward-weighted flow matching on the policy's own samples.

@@ -1,6 +1,6 @@
 """A model adapter outside cosmos-train, named in a job by `[model] adapter = "toy_algorithm.toy_adapter:..."`."""
 
-from cosmos_train.diffusion.sd3 import StableDiffusion3Adapter
+from cosmos_train.diffusion.families.sd3 import StableDiffusion3Adapter
 
 
 class CountingSD3Adapter(StableDiffusion3Adapter):

@@ -2,8 +2,8 @@
 
 from pydantic import Field
 
+from cosmos_train.algorithms.diffusion_rl.schema import DiffusionRLJob
 from cosmos_train.config import Section
-from cosmos_train.trainers.diffusion_rl_config import DiffusionRLJob
 
 
 class ToySection(Section):
@@ -18,3 +18,6 @@ class ToyJob(DiffusionRLJob):
 
     def train_timesteps(self) -> int:
         return self.toy.timesteps
+
+    def ema_decay(self) -> float | None:
+        return self.toy.ema_decay

@@ -4,14 +4,14 @@ pushed away."""
 
 import torch
 
+from cosmos_train.algorithms.diffusion_rl.trainer import DiffusionRLTrainer
 from cosmos_train.diffusion.flow import add_noise
 from cosmos_train.diffusion.sampling import ode_sample
-from cosmos_train.trainers.diffusion_rl import DiffusionRLTrainer
 
 
 class ToyTrainer(DiffusionRLTrainer):
     def __init__(self, adapter, rewards, job, lora=None, **kwargs):
-        super().__init__(adapter, rewards, job, ema_decay=job.toy.ema_decay, lora=lora, **kwargs)
+        super().__init__(adapter, rewards, job, lora=lora, **kwargs)
         self.timesteps = job.train_timesteps()
 
     def rollout(self, prompts, metadata, batch):

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
+from cosmos_train.algorithms.sft.schema import ConversationData
 from cosmos_train.data import DataError, build_collator, load_conversations
-from cosmos_train.trainers.sft_config import ConversationData
 
 
 def write_jsonl(path, records):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from cosmos_train.algorithms.sft.schema import ConversationData
 from cosmos_train.data import DataError, load_conversations, to_text_messages
-from cosmos_train.trainers.sft_config import ConversationData
 
 
 def section(path, fmt, **kwargs) -> ConversationData:

@@ -14,8 +14,8 @@ import pytest
 import torch
 from sft_helpers import cli, write_job
 
+from cosmos_train.algorithms.sft.schema import ConversationData
 from cosmos_train.data import DataError, build_collator, load_conversations, tokenize_conversations
-from cosmos_train.trainers.sft_config import ConversationData
 from transformers_cosmos3 import testing as tiny
 
 # --- template styles: four without generation markers, two of them not prefix-preserving ------------------
@@ -366,7 +366,7 @@ PLAIN_CHATML = (
 def text_lm_job(tmp_path, template):
     from transformers import AutoTokenizer
 
-    from cosmos_train.testing import save_tiny_text_lm
+    from cosmos_train.tiny_models import save_tiny_text_lm
 
     model = save_tiny_text_lm(tmp_path / "lm")
     tokenizer = AutoTokenizer.from_pretrained(model)

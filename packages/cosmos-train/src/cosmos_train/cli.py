@@ -38,18 +38,13 @@ def _read_job(config: Path, overrides: list[str] | None, kind=None):
 
 def _train(job) -> None:
     """Run a read job with its kind's run function: bad config or data exit 2, a diverged run or a failing
-    reward exits 1."""
-    from .config import ConfigError
-    from .data import DataError
-    from .rewards import RemoteRewardError, RewardError
-    from .trainers.common import NonFiniteLossError
+    reward exits 1 (`errors.exit_code`)."""
+    from .errors import RunError, UsageError, exit_code
 
     try:
         job.run()
-    except (ConfigError, DataError) as error:
-        _fail(error)
-    except (NonFiniteLossError, RewardError, RemoteRewardError) as error:
-        _fail(error, code=1)
+    except (UsageError, RunError) as error:
+        _fail(error, exit_code(error))
     typer.echo(f"trained model saved to {job.args.output_dir}")
 
 
@@ -67,7 +62,7 @@ class _JobCommand(typer.core.TyperCommand):
     kind = None
 
     def format_epilog(self, ctx, formatter) -> None:
-        from .config_reference import text
+        from .config.reference import text
 
         super().format_epilog(ctx, formatter)
         formatter.write_paragraph()
@@ -115,13 +110,13 @@ def validate_config(
 
       cosmos-train validate-config examples/sft/tiny_qwen3_lora.toml
     """
-    from .config import ConfigError
-    from .data import DataError
+    from .errors import UsageError
+    from .jobs import check_data
 
     job = _read_job(config, set_, kind)
     try:
-        job.config.check_data(job.source)
-    except (ConfigError, DataError) as error:
+        check_data(job)
+    except UsageError as error:
         _fail(error)
     typer.echo(f"{job.source}: ok ({job.kind.name} job)")
 
@@ -408,7 +403,7 @@ def make_tiny(
     kind: Annotated[str, typer.Argument(help="One of the kinds listed above.", show_default=False)],
     out: Annotated[Path, typer.Argument(help="Folder to write (must not exist).", show_default=False)],
 ) -> None:
-    from .testing import KINDS, save_tiny_model
+    from .tiny_models import KINDS, save_tiny_model
 
     if kind not in KINDS:
         _fail(f"unknown tiny model {kind!r}; expected one of {', '.join(KINDS)}")
@@ -418,7 +413,7 @@ def make_tiny(
 
 
 def _make_tiny_help() -> str:
-    from .testing import KINDS
+    from .tiny_models import KINDS
 
     listing = "\n".join(f"  {kind:<18} {description}" for kind, description in KINDS.items())
     return (

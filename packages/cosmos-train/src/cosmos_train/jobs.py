@@ -1,13 +1,19 @@
 """Read a job file into the *effective* job: its kind, `--set` overrides applied, paths resolved, values
-validated, what it names outside the file checked (its model, its reward functions), and the trainer's TRL
-config built once. Shared by every trainer, `validate-config` and `export`.
+validated by the kind's schema, then what it names outside the file checked (`check_sources`: its data files,
+its model, its rewards). Shared by every trainer, `validate-config`, `estimate-memory` and `export`.
 
 The command names the kind (`cosmos-train grpo -c job.toml` reads a GRPO job); a file's own `kind` must agree
 with it, and is needed only where no command names one (`validate-config`, `run`).
+
+The schemas only declare (`cosmos_train.config`); this module checks sources without loading weights or data
+(`check_data`, which reads the data as its trainer will, is `validate-config`'s), and the kind's run function
+loads. Reading a job sets no process-wide state: the trainer's TRL config with its DeepSpeed / FSDP settings,
+which transformers registers process-wide, is built when a run first asks for `Job.args`.
 """
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +22,19 @@ from typing import Any
 from .config import (
     ConfigError,
     JobSchema,
+    MediaData,
+    ModelSection,
+    PairData,
+    PipelineSection,
+    PromptListData,
     apply_overrides,
+    entry_parameters,
     job_kind,
     read_toml,
     resolve_paths,
     validate_job,
 )
+from .errors import BadReferenceError, SourceError
 from .kinds import JobKind, job_kinds, kind_named
 
 JOB_RECORD = (
@@ -33,8 +46,22 @@ JOB_RECORD = (
 class Job:
     config: JobSchema  # validated, overrides applied, paths absolute
     source: str  # the job file, for messages
-    args: Any  # the trainer's TRL / transformers config (e.g. SFTConfig)
     kind: JobKind
+
+    @functools.cached_property
+    def args(self) -> Any:
+        """The trainer's TRL / transformers config (e.g. `SFTConfig`), with the `[launch]` backend's settings. Built
+        on first use: under DeepSpeed it registers transformers' process-wide DeepSpeed config."""
+        from .launch import check_runnable_here
+
+        check_runnable_here(self.config.launch.backend, self.source)
+        return self.config.training_arguments(self.source)
+
+    @functools.cached_property
+    def settings(self) -> Any:
+        """The trainer's config without the `[launch]` backend's settings: every `[train]` value as the run gets it,
+        building nothing process-wide (what `estimate-memory` and validation read)."""
+        return self.config.training_arguments(self.source, launch=False)
 
     def run(self, callbacks: list | None = None):
         """Train with the kind's run function (`callbacks`: extra `transformers.TrainerCallback`s); returns the
@@ -56,9 +83,15 @@ class Job:
         return f"# {self.source}, as run: --set overrides applied, paths resolved\n" + tomli_w.dumps(values)
 
 
-def read_job(path: str | Path, overrides: list[str] | None = None, kind: str | JobKind | None = None) -> Job:
-    """Validate a job file of `kind` (the command's; None: the file's own `kind`), check what it names, and build
-    its trainer config. Raises a one-line ConfigError."""
+def read_job(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    kind: str | JobKind | None = None,
+    runnable_here: bool = True,
+) -> Job:
+    """Validate a job file of `kind` (the command's; None: the file's own `kind`), check what it names, and check
+    its trainer config (and, with `runnable_here`, that this machine can run its `[launch]` backend). Raises a
+    one-line ConfigError."""
     path = Path(path)
     source, base = str(path), path.resolve().parent
     data = apply_overrides(read_toml(path), overrides or [])
@@ -79,8 +112,115 @@ def read_job(path: str | Path, overrides: list[str] | None = None, kind: str | J
             )
     schema = entry.schema_class()
     config = validate_job(resolve_paths({**data, "kind": entry.name}, schema, base), schema, source)
-    config.check_sources(source, base)
-    return Job(config, source, config.training_arguments(source), entry)
+    check_sources(config, source, base)
+    job = Job(config, source, entry)
+    if runnable_here:
+        from .launch import check_runnable_here
+
+        check_runnable_here(config.launch.backend, source)
+    job.settings  # noqa: B018  (builds and checks the trainer config: a bad [train] value fails here)
+    return job
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a job names outside its file
+
+
+def sections(config: JobSchema) -> list[tuple[str, Any]]:
+    """(key, value) of the job's sections and tables, in declaration order."""
+    return [(name, getattr(config, name)) for name in type(config).model_fields]
+
+
+def check_sources(config: JobSchema, source: str, base: Path) -> None:
+    """What the job names outside its file, checked before anything loads (every command does): its data files
+    exist, its rewards are known (built-ins with the parameters they take, `remote:<name>`, or `module:function`),
+    each section's model is found as what the job needs (its folder or hub id, never its weights), and its
+    `module:function` rewards import (from `sys.path` or `base`, the job file's folder)."""
+    try:
+        for key, value in sections(config):
+            if isinstance(value, MediaData | PairData | PromptListData):
+                check_data_source(value, f"[{key}]")
+            rewards = getattr(value, "rewards", None) if key != "rewards" else value
+            if rewards:
+                check_reward_names(rewards, "[rewards]" if key == "rewards" else f"[{key}] rewards:", config)
+        for key, value in sections(config):
+            if isinstance(value, ModelSection):
+                from .model_sources import model_file
+
+                model_file(
+                    value.name_or_path, "config.json", f"[{key}] name_or_path", "a transformers model", base
+                )
+            elif isinstance(value, PipelineSection):
+                from .diffusion.loading import pipeline_adapter_class
+
+                pipeline_adapter_class(value, f"[{key}]", base)
+    except (SourceError, ConfigError) as error:
+        raise ConfigError(f"{source}: {error}") from None
+    for reward in getattr(config, "rewards", None) or {}:
+        check_reward_imports(reward, source, base)
+
+
+def check_data_source(section: MediaData | PairData | PromptListData, key: str) -> None:
+    """The data's files exist (a hub dataset is looked up when the data is read)."""
+    if isinstance(section, MediaData):
+        if section.format != "hf" and not Path(section.path).is_file():
+            raise ConfigError(f"{key} path {section.path} does not exist")
+        if section.media_dir is not None and not Path(section.media_dir).is_dir():
+            raise ConfigError(f"{key} media_dir {section.media_dir} does not exist")
+    elif isinstance(section, PairData):
+        if section.format in ("folder", "cosmos_predict") and not Path(section.path).is_dir():
+            raise ConfigError(f"{key} path {section.path} is not a folder")
+    else:
+        from .data.prompt_lists import resolve_prompt_source
+        from .errors import DataError
+
+        try:
+            resolve_prompt_source(section.path, section.format, section.split)
+        except DataError as error:
+            raise ConfigError(f"{key} {error}") from None
+
+
+def check_reward_names(table: dict, key: str, config: JobSchema) -> None:
+    """Each reward of a `[rewards]` table is known to the rewards registry, with parameters it takes; image/video
+    rewards for a diffusion job (one whose `[model]` is a pipeline), text rewards otherwise."""
+    from .rewards import check_reward
+
+    media = isinstance(getattr(config, "model", None), PipelineSection)
+    for name, entry in table.items():
+        try:
+            check_reward(name, entry_parameters(entry), media=media)
+        except ValueError as error:
+            raise ConfigError(f"{key} {error}") from None
+
+
+def check_reward_imports(reward: str, source: str, base: Path) -> None:
+    """A `module:function` reward imports and is a function."""
+    from .references import is_reference, load_reference
+
+    if reward.startswith("remote:") or not is_reference(reward):
+        return
+    try:
+        function = load_reference(reward, base)
+    except BadReferenceError as error:
+        raise ConfigError(f"{source}: [rewards] {reward}: {error}") from None
+    if not callable(function):
+        raise ConfigError(f"{source}: [rewards] {reward} is a {type(function).__name__}, not a function")
+
+
+def check_data(job: Job) -> None:
+    """Read and validate the job's data as its trainer will (records, media files), loading no model:
+    `validate-config` runs it. Raises a one-line `DataError` or `ConfigError`."""
+    from .data import read_data_section
+
+    video = None
+    model = getattr(job.config, "model", None)
+    if isinstance(model, PipelineSection):
+        from .diffusion.loading import pipeline_adapter_class
+
+        video = pipeline_adapter_class(model).video
+    for _, value in sections(job.config):
+        if isinstance(value, MediaData | PairData | PromptListData):
+            read_data_section(value, video=video)
 
 
 def run_record(checkpoint: Path) -> tuple[Path, dict[str, Any]] | None:

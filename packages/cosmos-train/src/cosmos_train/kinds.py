@@ -76,8 +76,8 @@ class JobKind:
 BUILTIN_KINDS = (
     JobKind(
         "sft",
-        schema="cosmos_train.trainers.sft_config:SFTJob",
-        run="cosmos_train.trainers.sft_trainer:run_sft",
+        schema="cosmos_train.algorithms.sft.schema:SFTJob",
+        run="cosmos_train.algorithms.sft.trainer:run_sft",
         family="language",
         help="""Supervised fine-tuning (TRL SFTTrainer) of the Cosmos3 reasoner, a VLM or a text LM.
 
@@ -92,8 +92,8 @@ Examples:
     ),
     JobKind(
         "grpo",
-        schema="cosmos_train.trainers.grpo_config:GRPOJob",
-        run="cosmos_train.trainers.grpo_trainer:run_grpo",
+        schema="cosmos_train.algorithms.grpo.schema:GRPOJob",
+        run="cosmos_train.algorithms.grpo.trainer:run_grpo",
         family="language",
         help="""GRPO (TRL GRPOTrainer) of the Cosmos3 reasoner, a VLM or a text LM, on prompts with images or video.
 
@@ -113,8 +113,8 @@ Examples:
     ),
     JobKind(
         "diffusion-sft",
-        schema="cosmos_train.trainers.diffusion_config:DiffusionSFTJob",
-        run="cosmos_train.trainers.diffusion_sft_trainer:run_diffusion_sft",
+        schema="cosmos_train.algorithms.diffusion_sft.schema:DiffusionSFTJob",
+        run="cosmos_train.algorithms.diffusion_sft.trainer:run_diffusion_sft",
         family="diffusion",
         help="""Flow-matching SFT of a diffusers pipeline's transformer, with LoRA or full fine-tuning.
 
@@ -134,9 +134,9 @@ Examples:
     ),
     JobKind(
         "nft",
-        schema="cosmos_train.trainers.nft_config:NFTJob",
-        run="cosmos_train.trainers.diffusion_rl:run_diffusion_rl",
-        trainer="cosmos_train.trainers.nft_trainer:NFTTrainer",
+        schema="cosmos_train.algorithms.nft.schema:NFTJob",
+        run="cosmos_train.algorithms.diffusion_rl.trainer:run_diffusion_rl",
+        trainer="cosmos_train.algorithms.nft.trainer:NFTTrainer",
         family="diffusion",
         help="""DiffusionNFT: online RL of a diffusers pipeline's transformer through the forward process.
 
@@ -153,9 +153,9 @@ Examples:
     ),
     JobKind(
         "flow-grpo",
-        schema="cosmos_train.trainers.flow_grpo_config:FlowGRPOJob",
-        run="cosmos_train.trainers.diffusion_rl:run_diffusion_rl",
-        trainer="cosmos_train.trainers.flow_grpo_trainer:FlowGRPOTrainer",
+        schema="cosmos_train.algorithms.flow_grpo.schema:FlowGRPOJob",
+        run="cosmos_train.algorithms.diffusion_rl.trainer:run_diffusion_rl",
+        trainer="cosmos_train.algorithms.flow_grpo.trainer:FlowGRPOTrainer",
         family="diffusion",
         help="""FlowGRPO: online RL of a diffusers pipeline's transformer over the steps of an SDE sampler.
 
@@ -172,9 +172,9 @@ Examples:
     ),
     JobKind(
         "ddrl",
-        schema="cosmos_train.trainers.ddrl_config:DDRLJob",
-        run="cosmos_train.trainers.diffusion_rl:run_diffusion_rl",
-        trainer="cosmos_train.trainers.ddrl_trainer:DDRLTrainer",
+        schema="cosmos_train.algorithms.ddrl.schema:DDRLJob",
+        run="cosmos_train.algorithms.diffusion_rl.trainer:run_diffusion_rl",
+        trainer="cosmos_train.algorithms.ddrl.trainer:DDRLTrainer",
         family="diffusion",
         help="""DDRL: a GRPO reward term regularised by data instead of a KL to the base (cosmos-rl's).
 

@@ -8,8 +8,9 @@ What is counted, per device, in bytes:
 - optimizer: AdamW's two moments in the parameter's dtype (torch's AdamW); under DeepSpeed with bf16/fp16 the
   module is cast to 16 bits and the optimizer keeps a float32 master copy and float32 moments (12 bytes);
   under FSDP with bf16, accelerate upcasts the parameters to float32 (so 4 + 4 + 8 bytes);
-- copies of the trained weights the trainers keep: the diffusion EMA (`[diffusion]`/`[nft]`/... `ema_decay`),
-  DiffusionNFT's old policy, the frozen reference of a KL term under full fine-tuning (diffusion RL: of the
+- copies of the trained weights the trainers keep, as the job's schema declares them (`weight_copies`): the
+  diffusion EMA (`[diffusion]`/`[nft]`/... `ema_decay`), DiffusionNFT's old policy, the frozen reference of a KL
+  term under full fine-tuning (diffusion RL: of the
   trained parameters, in float32; GRPO with beta > 0: TRL's whole reference model); full copies on every
   process, except under ZeRO-3, which partitions them all (`diffusion.weights`), and FSDP, which shards TRL's
   reference model;
@@ -26,9 +27,10 @@ Activations (documented estimate, no forward is run): every Linear of the model'
 input and the next operation its output, so a token costs sum(in_features + out_features) over those Linears,
 times ACTIVATION_FACTOR for what else is saved (norms, residual adds, attention statistics), in the compute
 dtype (bf16 under `[train] bf16`, else the trained weights'). With gradient checkpointing only each block's input
-(hidden size) is kept, plus one block's activations while it is recomputed. Tokens: language models
-`per_device_train_batch_size` x `[data] max_length` (SFT; the longest case) or x (PROMPT_TOKENS +
-`max_completion_length`) (GRPO); diffusion models a training forward's samples x (latent tokens + text tokens),
+(hidden size) is kept, plus one block's activations while it is recomputed. Tokens: what the job's schema
+says one training forward holds (`activation_batch`): language models `per_device_train_batch_size` x `[data]
+max_length` (SFT; the longest case) or x (512 assumed prompt tokens + `max_completion_length`) (GRPO); diffusion
+models a training forward's samples x (latent tokens + text tokens),
 latent tokens from the height, width and frames divided by the VAE's compression and the patch size. Language
 models add the logits: tokens x vocabulary x (compute bytes + 8) (the float32 upcast and its gradient).
 
@@ -52,13 +54,14 @@ from typing import Any
 
 import torch
 
+from .config import WEIGHT_COPIES
+
 GIB = 1 << 30
 # What a block saves beyond its Linears' inputs and outputs (norms, activations, rotary, attention statistics), as a
 # multiple of them: measured about 1.45 on an H200 (bf16, Qwen3-1.7B shapes, SFT without checkpointing,
 # benchmarks/results/gpu.json) and 1.9 on a CPU (float32, tests/cosmos_train/test_estimate_memory.py); 1.7 keeps
 # both within 20%, neither at the edge.
 ACTIVATION_FACTOR = 1.7
-PROMPT_TOKENS = 512  # GRPO: prompt tokens assumed per completion (TRL does not cap them)
 TEXT_TOKENS = 256  # diffusion: text tokens assumed when the job does not set max_sequence_length
 BYTES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
 
@@ -246,7 +249,7 @@ def meta_language_model(job) -> tuple[torch.nn.Module, Any, bool]:
 
 
 def estimate_language(job, processes: int, backend: str) -> Estimate:
-    args = job.args
+    args = job.settings
     model, config, _ = meta_language_model(job)
     _mark_lora_factors(model)
     mixed = mixed_precision(job)
@@ -262,24 +265,21 @@ def estimate_language(job, processes: int, backend: str) -> Estimate:
         overlap=args.gradient_accumulation_steps == 1,
     )
     total_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    beta = getattr(args, "beta", 0.0) or 0.0
-    if job.kind.name == "grpo" and beta > 0 and not estimate.lora:
-        estimate.parts["copies: reference model"] = total_bytes // (
+    for copy in job.config.weight_copies():  # TRL's reference model: the whole model, sharded as it is
+        estimate.parts[f"copies: {copy} model"] = total_bytes // (
             processes if backend in ("zero3", "fsdp") else 1
         )
     compute_bytes = 2 if mixed else BYTES.get(next(model.parameters()).dtype, 4)
-    batch = args.per_device_train_batch_size
-    if job.kind.name == "grpo":
-        length = PROMPT_TOKENS + args.max_completion_length
-        estimate.notes.append(f"GRPO: {PROMPT_TOKENS} prompt tokens assumed per completion")
-    else:
-        length = args.max_length or job.config.data.max_length
+    forward = job.config.activation_batch(args)
+    batch, length = forward.rows, forward.tokens
+    if forward.prompt_tokens:
+        estimate.notes.append(f"{forward.prompt_tokens} prompt tokens assumed per completion")
     tokens = batch * length
     checkpointing = bool(args.gradient_checkpointing or getattr(args, "activation_checkpointing", False))
     text = getattr(config, "text_config", None) or config
     activations = activation_bytes(model, tokens, compute_bytes, checkpointing)
     activations += tokens * text.vocab_size * (compute_bytes + 8)
-    if job.kind.name == "grpo":  # generation's KV cache, no-grad: whichever is larger
+    if forward.generates:  # generation's KV cache, no-grad: whichever is larger
         kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
         head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         kv_cache = batch * length * text.num_hidden_layers * 2 * kv_heads * head_dim * compute_bytes
@@ -350,8 +350,10 @@ def latent_tokens(modules: dict, height: int, width: int, frames: int | None) ->
 
 
 def estimate_diffusion(job, processes: int, backend: str) -> Estimate:
-    config, args = job.config, job.args
-    adapter_class = config.model.adapter_class()
+    from .diffusion.loading import pipeline_adapter_class
+
+    config, args = job.config, job.settings
+    adapter_class = pipeline_adapter_class(config.model)
     modules = meta_pipeline(config.model)
     transformer = modules["transformer"]
     lora = getattr(config, "lora", None)
@@ -386,29 +388,14 @@ def estimate_diffusion(job, processes: int, backend: str) -> Estimate:
         parts=parts,
         overlap=args.gradient_accumulation_steps == 1,
     )
-    section = getattr(config, "diffusion", None) or getattr(config, job.kind.name, None)
-    if getattr(section, "ema_decay", None):
-        estimate.parts["copies: EMA"] = copy_bytes
-    if job.kind.name == "nft":
-        estimate.parts["copies: old policy"] = copy_bytes
-    kl_beta = getattr(section, "kl_beta", 0.0) or 0.0
-    if job.kind.name != "diffusion-sft" and kl_beta > 0 and lora is None:
-        estimate.parts["copies: KL reference"] = copy_bytes
+    for copy in config.weight_copies():
+        estimate.parts[f"copies: {WEIGHT_COPIES.get(copy, copy)}"] = copy_bytes
     for name, module in others.items():
         estimate.parts[f"frozen: {name}"] = sum(p.numel() * p.element_size() for p in module.parameters())
     # One training forward's samples and size.
-    if job.kind.name == "diffusion-sft":
-        samples = args.per_device_train_batch_size
-        height, width, frames = config.data.height, config.data.width, config.data.num_frames
-        text = (getattr(config.diffusion, "max_sequence_length", None)) or TEXT_TOKENS
-    else:
-        rollout = config.rollout
-        samples = rollout.train_batch_size
-        defaults = adapter_class.rl_sample_defaults
-        height = rollout.height or defaults.get("height") or 512
-        width = rollout.width or rollout.height or defaults.get("width") or height
-        frames = getattr(rollout, "num_frames", None)
-        text = config.max_sequence_length() or TEXT_TOKENS
+    forward = config.activation_batch(args, adapter_class)
+    samples, (height, width, frames) = forward.rows, forward.size
+    text = forward.text_tokens or TEXT_TOKENS
     tokens = samples * (latent_tokens(modules, height, width, frames) + text)
     compute_bytes = 2 if mixed else 4
     checkpointing = bool(
@@ -427,18 +414,12 @@ def estimate_diffusion(job, processes: int, backend: str) -> Estimate:
 
 
 def read_job(path, overrides: list[str] | None = None):
-    """The job and its `[launch] backend`. The job is read as a DDP one: reading a ZeRO job sets DeepSpeed up
-    (a process group, and ZeRO-3's partitioned model construction), and an FSDP one is refused on a machine
-    without GPUs; the estimate only needs the backend's name."""
-    from pathlib import Path
-
-    from .config import apply_overrides, read_toml
+    """The job and its `[launch] backend`. Reading sets nothing process-wide, and the estimate reads the trainer
+    config without its backend's settings (`Job.settings`), so a ZeRO or FSDP job is estimated on any machine."""
     from .jobs import read_job as read
 
-    data = apply_overrides(read_toml(Path(path)), list(overrides or []))
-    backend = (data.get("launch") or {}).get("backend", "ddp")
-    job = read(path, [*(overrides or []), "launch.backend=ddp"])
-    return job, backend
+    job = read(path, overrides, runnable_here=False)
+    return job, job.config.launch.backend
 
 
 def mixed_precision(job) -> bool:

@@ -8,11 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import first_line
-
-
-class SourceError(ValueError):
-    """A model that cannot be found; the message is one line, starting with the job's key."""
+from .errors import SourceError, first_line
 
 
 def model_file(name_or_path: str, filename: str, key: str, what: str, base: Path | None = None) -> Path:

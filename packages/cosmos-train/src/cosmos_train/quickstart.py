@@ -19,10 +19,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import OutputDirError
+
 MARKER = ".cosmos-train-quickstart"
 
 SFT_JOB = """\
 # Written by `cosmos-train quickstart`; run it again with: cosmos-train sft -c {job}
+kind = "sft"
+
 [model]
 name_or_path = "{model}"
 freeze = ["vision"]
@@ -91,10 +95,6 @@ DIFFUSION_CALL = {
     "max_sequence_length": 64,
     "seed": 0,
 }
-
-
-class OutputDirError(OSError):
-    """The output folder cannot be used; the message is one line."""
 
 
 def _prepare(output_dir: Path) -> None:
@@ -169,9 +169,9 @@ def run(output_dir: Path, log: Callable[[str], None] = print) -> dict[str, str]:
     step(f"image+text -> text reply (random weights, so it is noise): {reply!r} -> {reply_path}")
 
     step("LoRA SFT of that reasoner on the bundled shapes sample (LLaVA format, 40 steps)")
+    from cosmos_train.algorithms.sft.trainer import run_sft
     from cosmos_train.jobs import read_job
     from cosmos_train.samples import shapes_dir
-    from cosmos_train.trainers.sft_trainer import run_sft
 
     job_path = output_dir / "sft_job.toml"
     job_path.write_text(
@@ -179,7 +179,7 @@ def run(output_dir: Path, log: Callable[[str], None] = print) -> dict[str, str]:
             job=job_path, model=layouts["framework"], data=shapes_dir(), output=output_dir / "sft-run"
         )
     )
-    job = read_job(job_path, kind="sft")
+    job = read_job(job_path)
     trainer = run_sft(job)
     history = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     step(
@@ -210,9 +210,9 @@ def run(output_dir: Path, log: Callable[[str], None] = print) -> dict[str, str]:
     step(f"fine-tuned model, asked the color of a blue circle, answers: {answer!r}")
 
     step("building a tiny random Stable Diffusion 3 pipeline (real diffusers classes)")
+    from cosmos_train.algorithms.diffusion_sft.trainer import run_diffusion_sft
     from cosmos_train.samples import pairs_dir
-    from cosmos_train.tiny_pipelines import save_tiny_pipeline
-    from cosmos_train.trainers.diffusion_sft_trainer import run_diffusion_sft
+    from cosmos_train.tiny_models.pipelines import save_tiny_pipeline
 
     sd3 = save_tiny_pipeline("sd3", output_dir / "tiny-sd3")
     step("LoRA flow-matching SFT of its transformer on the bundled pairs sample (cached latents, 30 steps)")

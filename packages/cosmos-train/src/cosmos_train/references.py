@@ -9,11 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .errors import BadReferenceError
+
 _REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-
-
-class BadReferenceError(ValueError):
-    """A dotted path that does not name an importable object; the message is one line."""
 
 
 def is_reference(name: str) -> bool:

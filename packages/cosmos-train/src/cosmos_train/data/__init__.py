@@ -28,6 +28,7 @@ __all__ = [
     "load_prompt_list",
     "load_prompts",
     "load_video",
+    "read_data_section",
     "sample_frame_indices",
     "to_text_messages",
     "tokenize_conversations",
@@ -35,6 +36,22 @@ __all__ = [
 
 _PAIRS = {"PairDataset", "collate_pairs", "load_pairs"}
 _PROMPT_LISTS = {"PromptDataset", "collate_prompts", "load_prompt_list"}
+
+
+def read_data_section(section, video: bool | None = None):
+    """Read and validate a job's data section with the loader its type names (`cosmos_train.config`'s data
+    sections): (dataset, DataReport). `video`: whether a pipeline's pairs are videos."""
+    from cosmos_train.config import ConversationData, PairData, PromptData, PromptListData
+
+    if isinstance(section, ConversationData):
+        return load_conversations(section)
+    if isinstance(section, PromptData):
+        return __getattr__("load_prompts")(section)
+    if isinstance(section, PairData):
+        return __getattr__("load_pairs")(section, video=bool(video))
+    if isinstance(section, PromptListData):
+        return __getattr__("load_prompt_list")(section)
+    raise TypeError(f"no loader reads a {type(section).__name__}")
 
 
 def __getattr__(name: str):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_train.data.media import image_problem, video_problem
-from cosmos_train.errors import first_line
+from cosmos_train.errors import DataError, first_line
 
 logger = logging.getLogger("cosmos_train.data")
 
@@ -26,10 +26,6 @@ MEDIA = ("image", "video")
 # In LLaVA text a newline next to a tag only separates it from the words; typed parts need no separator.
 _TAG = re.compile(r"\n?<(image|video)>\n?")
 _MISSING = object()  # checked-media marker for a file that does not exist
-
-
-class DataError(ValueError):
-    """Unusable training data; the message is a single line naming the file and record."""
 
 
 @dataclass
@@ -47,7 +43,7 @@ class _BadRecord(Exception):
 
 
 def load_conversations(data) -> tuple[Any, DataReport]:
-    """Load `data` (the `[data]` section, `cosmos_train.trainers.sft_config.ConversationData`) as a `datasets.Dataset` plus a `DataReport`.
+    """Load `data` (the `[data]` section, `cosmos_train.algorithms.sft.schema.ConversationData`) as a `datasets.Dataset` plus a `DataReport`.
 
     Columns: `messages` (roles system/user/assistant; content is a list of `{"type": "text", "text"}`,
     `{"type": "image"}` or `{"type": "video"}` parts, the media parts without payload), `images` and

@@ -28,14 +28,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..config import ConfigError
-
-# Video conditioning modes: which leading latent frames are given clean (none, the first, the first two or more).
-CONDITIONING_MODES = ("t2v", "i2v", "v2v")
-
-
-class UnsupportedPipelineError(ConfigError):
-    """The pipeline's class has no adapter; the message lists the supported ones (a job error: exit code 2)."""
+from ..config.sections import CONDITIONING_MODES
+from ..errors import ConfigError, UnsupportedPipelineError
 
 
 @dataclass
@@ -311,13 +305,13 @@ class DiffusionAdapter:
 
 
 def adapters() -> dict[str, type[DiffusionAdapter]]:
-    """{pipeline class name: adapter class} for every adapter module in this folder."""
-    package = importlib.import_module(__package__)
+    """{pipeline class name: adapter class} for every module of `diffusion/families/` (one file a family)."""
+    package = importlib.import_module(f"{__package__}.families")
     found: dict[str, type[DiffusionAdapter]] = {}
     for module_info in pkgutil.iter_modules(package.__path__):
         if module_info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"{__package__}.{module_info.name}")
+        module = importlib.import_module(f"{package.__name__}.{module_info.name}")
         for value in vars(module).values():
             if (
                 isinstance(value, type)
@@ -339,7 +333,7 @@ def pipeline_class_name(name_or_path: str) -> str:
 
 def adapter_class_for(class_name: str, reference: str | None = None) -> type[DiffusionAdapter]:
     """The adapter for a pipeline class: the one named by `reference` (`package.module:Class`), else the one of
-    this folder whose `pipeline_class` is `class_name`."""
+    `diffusion/families/` whose `pipeline_class` is `class_name`."""
     if reference is not None:
         from ..references import BadReferenceError, load_reference
 

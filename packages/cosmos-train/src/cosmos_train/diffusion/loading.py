@@ -5,15 +5,37 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
 from ..config import LoraSection, PipelineSection
+from ..errors import SourceError
 from .adapter import AdapterOptions, DiffusionAdapter, adapter_class_for
 
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def pipeline_adapter_class(section: PipelineSection, key: str = "[model]", base: Path | None = None) -> type:
+    """The adapter class for `[model]`'s pipeline, from its `model_index.json` (no weights are read): the one
+    `[model] adapter` names, else its family's (`diffusion/families/`). Raises a one-line SourceError or
+    ConfigError naming `key`."""
+    from ..model_sources import custom_code_files, model_file, read_json
+
+    where = f"{key} name_or_path"
+    index_file = model_file(section.name_or_path, "model_index.json", where, "a diffusers pipeline", base)
+    index = read_json(index_file, where)
+    if "_class_name" not in index:
+        raise SourceError(f"{where}: {index_file} names no pipeline class (_class_name)")
+    custom = custom_code_files(index_file.parent, index)
+    if custom and not section.trust_remote_code:
+        raise SourceError(
+            f"{where} {section.name_or_path} ships code of its own ({', '.join(custom)}): "
+            f"set {key} trust_remote_code = true if you trust it"
+        )
+    return adapter_class_for(index["_class_name"], section.adapter)
 
 
 def load_adapter(model: PipelineSection | str, options: AdapterOptions | None = None) -> DiffusionAdapter:

@@ -23,9 +23,8 @@ from typing import Any
 
 import torch
 
+from ..config.sections import SOLVERS
 from .adapter import DiffusionAdapter
-
-SOLVERS = ("dpm2", "euler", "heun", "pipeline")
 
 
 @dataclass(frozen=True)

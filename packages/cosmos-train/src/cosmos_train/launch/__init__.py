@@ -33,21 +33,27 @@ def backend_arguments(backend: str) -> dict[str, Any]:
     return {}
 
 
-def device_defaults(backend: str, source: str) -> dict[str, Any]:
-    """Defaults for this machine that `[train]` may still change; refuses FSDP without GPUs."""
+def device_defaults(backend: str) -> dict[str, Any]:
+    """Defaults for this machine that `[train]` may still change."""
     import torch
-
-    from ..config import ConfigError
 
     if torch.cuda.is_available():
         return {}
-    if backend == "fsdp":
-        raise ConfigError(
-            f"{source}: [launch] backend 'fsdp' needs GPUs (accelerate would run plain DDP on CPUs)"
-        )
     # TRL defaults to bf16 mixed precision, which needs a GPU; without use_cpu, accelerate finds no
     # device and every launched process trains alone.
     return {"bf16": False, "use_cpu": True}
+
+
+def check_runnable_here(backend: str, source: str) -> None:
+    """Refuse a backend this machine cannot run (FSDP without GPUs) in one line."""
+    import torch
+
+    from ..errors import ConfigError
+
+    if backend == "fsdp" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"{source}: [launch] backend 'fsdp' needs GPUs (accelerate would run plain DDP on CPUs)"
+        )
 
 
 @contextlib.contextmanager
