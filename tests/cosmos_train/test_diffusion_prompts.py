@@ -15,6 +15,7 @@ import pytest
 from sft_helpers import REPO
 
 from cosmos_train.config import ConfigError, JobSchema, PromptListData, resolve_paths, validate_job
+from cosmos_train.jobs import check_sources
 from cosmos_train.data import DataError, PromptDataset, collate_prompts, load_prompt_list
 
 EXAMPLES = REPO / "examples" / "data" / "prompts"
@@ -179,9 +180,9 @@ def test_folder_with_two_files_for_the_split_needs_a_format(tmp_path):
     write_lines(tmp_path / "train.txt", ["a plain prompt"])
     write_lines(tmp_path / "train_metadata.jsonl", [APPLES])
     with pytest.raises(
-        ValueError, match=r"both train\.txt and train_metadata\.jsonl hold split 'train'; set"
+        DataError, match=r"both train\.txt and train_metadata\.jsonl hold split 'train'; set"
     ):
-        data(tmp_path)
+        load(tmp_path)
     assert load(tmp_path, format="txt")[0].prompts == ["a plain prompt"]
     assert load(tmp_path, format="geneval")[0].prompts == ["a photo of three apples"]
 
@@ -212,7 +213,8 @@ def test_an_unknown_suffix_needs_a_format(tmp_path):
 
 
 def test_job_file_data_section(tmp_path):
-    """`[data] path` alone is enough, relative to the job file; a bad path is a one-line ConfigError."""
+    """`[data] path` alone is enough, relative to the job file; a bad path is a one-line ConfigError when the job's
+    sources are checked (the schema itself reads no file)."""
 
     class Job(JobSchema):
         kind: Literal["prompts"] = "prompts"
@@ -225,8 +227,9 @@ def test_job_file_data_section(tmp_path):
     assert job.data.path == str(tmp_path / "prompts") and job.data.format == "auto"
     assert load_prompt_list(job.data)[0].prompts == ["a red square"]
 
+    missing = validate_job({"kind": "prompts", "data": {"path": str(tmp_path / "nope.txt")}}, Job, "job.toml")
     with pytest.raises(ConfigError) as error:
-        validate_job({"kind": "prompts", "data": {"path": str(tmp_path / "nope.txt")}}, Job, "job.toml")
+        check_sources(missing, "job.toml", tmp_path)
     assert str(error.value) == f"job.toml: [data] {tmp_path / 'nope.txt'}: no such file or folder"
     with pytest.raises(
         ConfigError, match=r"\[data\] format: Input should be 'auto', 'txt', 'geneval' or 'jsonl'"

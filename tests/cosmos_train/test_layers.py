@@ -142,7 +142,7 @@ def test_the_readers_see_what_they_check():
     module comparing a kind's name is found."""
     assert "cosmos_train.diffusion.weights" in MODULES["cosmos_train.algorithms.nft.trainer"]
     assert "cosmos_train.algorithms.diffusion_rl.trainer" in MODULES["cosmos_train.algorithms.nft.trainer"]
-    assert "cosmos_train.data.loading" in MODULES["cosmos_train.data.pairs"]
+    assert "cosmos_train.data.records" in MODULES["cosmos_train.data.pairs"]
     assert "cosmos_train.config" in MODULES["cosmos_train.algorithms.nft.schema"] or any(
         name.startswith("cosmos_train.config") for name in MODULES["cosmos_train.algorithms.nft.schema"]
     )

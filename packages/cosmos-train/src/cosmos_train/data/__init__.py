@@ -11,8 +11,10 @@ are cached by `cosmos_train.diffusion.latent_cache`).
 Prompt lists for diffusion RL (txt, GenEval, JSONL): `load_prompt_list` and `collate_prompts` (`prompt_lists.py`).
 """
 
-from cosmos_train.data.loading import DataError, DataReport, load_conversations, to_text_messages
+from cosmos_train.data.conversations import load_conversations, to_text_messages
 from cosmos_train.data.media import VideoClip, load_video, sample_frame_indices
+from cosmos_train.data.records import DataReport
+from cosmos_train.errors import DataError
 
 __all__ = [
     "DataError",

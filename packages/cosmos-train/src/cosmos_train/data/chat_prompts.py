@@ -17,8 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cosmos_train.data.loading import DataError, DataReport, _BadRecord, _normalize, read_rows
-from cosmos_train.errors import first_line
+from cosmos_train.data.conversations import normalize_conversation
+from cosmos_train.data.records import BadRecord, DataReport, read_rows
+from cosmos_train.errors import DataError, first_line
 
 # Keys a record uses for its prompt and media, and the columns the loader writes: not extra columns.
 _STRUCTURE = {"prompt", "conversations", "messages", "images", "image", "videos", "video"}
@@ -35,10 +36,10 @@ def load_prompts(data) -> tuple[Any, DataReport]:
 
 def _prompt_row(record: Any, media_root: Path, system_prompt: str | None, checked: dict) -> dict[str, Any]:
     if not isinstance(record, dict):
-        raise _BadRecord(f"expected an object, got {type(record).__name__}")
+        raise BadRecord(f"expected an object, got {type(record).__name__}")
     reserved = sorted(_RESERVED & set(record))
     if reserved:
-        raise _BadRecord(f"'{reserved[0]}' is a column the loader writes; rename that key")
+        raise BadRecord(f"'{reserved[0]}' is a column the loader writes; rename that key")
     extras = {key: value for key, value in record.items() if key not in _STRUCTURE}
     media = {
         key: record[key] for key in ("images", "image", "videos", "video") if record.get(key) is not None
@@ -50,21 +51,21 @@ def _prompt_row(record: Any, media_root: Path, system_prompt: str | None, checke
         if isinstance(prompt, str):
             prompt = [{"role": "user", "content": prompt}]
         if not isinstance(prompt, list):
-            raise _BadRecord(f"'prompt' is neither text nor a list of messages ({type(prompt).__name__})")
-        row = _normalize(
+            raise BadRecord(f"'prompt' is neither text nor a list of messages ({type(prompt).__name__})")
+        row = normalize_conversation(
             {"messages": prompt, **media}, media_root, system_prompt, checked, require_assistant=False
         )
     elif record.get("conversations") is not None or record.get("messages") is not None:
-        row = _normalize(record, media_root, system_prompt, checked, require_assistant=False)
+        row = normalize_conversation(record, media_root, system_prompt, checked, require_assistant=False)
         answer = []
         while row["messages"] and row["messages"][-1]["role"] == "assistant":
             answer.insert(0, _text(row["messages"].pop()))
         if answer and SOLUTION not in extras:
             extras[SOLUTION] = "\n".join(answer)
     else:
-        raise _BadRecord("no 'prompt', 'conversations' or 'messages'")
+        raise BadRecord("no 'prompt', 'conversations' or 'messages'")
     if not any(message["role"] == "user" for message in row["messages"]):
-        raise _BadRecord("the prompt has no user turn")
+        raise BadRecord("the prompt has no user turn")
     return {
         "prompt": row["messages"],
         "prompt_images": row["images"],

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
-from cosmos_train.data.loading import MEDIA, DataError
+from cosmos_train.data.conversations import MEDIA
 from cosmos_train.data.media import VideoClip, load_image, load_video
 from cosmos_train.data.templates import (
     RENDER_FAILURES,
@@ -26,7 +26,7 @@ from cosmos_train.data.templates import (
     trim_trailing_whitespace,
     why_unusable,
 )
-from cosmos_train.errors import first_line
+from cosmos_train.errors import DataError, first_line
 
 # Per-token tensors that truncation must cut together.
 _SEQUENCE_KEYS = (

@@ -32,8 +32,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from cosmos_train.data.loading import DataError, DataReport, _BadRecord, _hf_dataset, collect_rows
 from cosmos_train.data.media import _reason, image_problem, load_image
+from cosmos_train.data.records import BadRecord, DataReport, collect_rows, hf_dataset
+from cosmos_train.errors import DataError
 
 logger = logging.getLogger("cosmos_train.data")
 
@@ -114,11 +115,11 @@ def _folder_records(root: Path, video: bool) -> Iterator[tuple[str, Any]]:
     for stem, group in groups.items():
         caption, media = group["json"], group["media"]
         if caption is None:
-            yield str(media[0]), _BadRecord(f"no caption file {stem.name}.json")
+            yield str(media[0]), BadRecord(f"no caption file {stem.name}.json")
         elif not media:
-            yield str(caption), _BadRecord(f"no media file {stem.name}.{_MEDIA_NAMES}")
+            yield str(caption), BadRecord(f"no media file {stem.name}.{_MEDIA_NAMES}")
         elif len(media) > 1:
-            yield str(caption), _BadRecord(f"several media files ({', '.join(m.name for m in media)})")
+            yield str(caption), BadRecord(f"several media files ({', '.join(m.name for m in media)})")
         else:
             yield (
                 str(caption),
@@ -146,9 +147,9 @@ def _cosmos_records(root: Path, video: bool) -> Iterator[tuple[str, Any]]:
     metas = {stem: file for stem, file in metas.items() if file.suffix == ".txt"}
     for stem in sorted(media.keys() | metas.keys()):
         if stem not in metas:
-            yield str(media[stem]), _BadRecord(f"no caption metas/{stem.as_posix()}.txt")
+            yield str(media[stem]), BadRecord(f"no caption metas/{stem.as_posix()}.txt")
         elif stem not in media:
-            yield str(metas[stem]), _BadRecord(f"no {folder[:-1]} for this caption in {folder}/")
+            yield str(metas[stem]), BadRecord(f"no {folder[:-1]} for this caption in {folder}/")
         else:
             yield str(media[stem]), {"caption": metas[stem], "media": media[stem], "key": stem.as_posix()}
 
@@ -161,9 +162,9 @@ class _Checker:
 
     def prompt(self, value: Any, where: str = "'prompt'") -> str:
         if not isinstance(value, str):
-            raise _BadRecord(f"{where} is not text ({type(value).__name__})")
+            raise BadRecord(f"{where} is not text ({type(value).__name__})")
         if not value.strip():
-            raise _BadRecord(f"empty {where}")
+            raise BadRecord(f"empty {where}")
         return value
 
     def media(self, source: Any, name: str) -> int | None:
@@ -171,13 +172,13 @@ class _Checker:
         if not self.video:
             problem = image_problem(source)
             if problem:
-                raise _BadRecord(f"corrupt image {name}: {problem}")
+                raise BadRecord(f"corrupt image {name}: {problem}")
             return None
         problem, frames = _probe_video(source)
         if problem:
-            raise _BadRecord(f"corrupt video {name}: {problem}")
+            raise BadRecord(f"corrupt video {name}: {problem}")
         if frames and frames < self.data.num_frames:
-            raise _BadRecord(
+            raise BadRecord(
                 f"video {name} has {frames} frames, fewer than num_frames = {self.data.num_frames}"
             )
         return frames
@@ -188,19 +189,19 @@ class _FolderPair(_Checker):
         try:
             fields = json.loads(record["caption"].read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
-            raise _BadRecord(
+            raise BadRecord(
                 f"invalid JSON ({error.msg} at line {error.lineno} column {error.colno})"
             ) from None
         except UnicodeDecodeError:
-            raise _BadRecord("not UTF-8 text") from None
+            raise BadRecord("not UTF-8 text") from None
         if not isinstance(fields, dict):
-            raise _BadRecord(f"expected a JSON object, got {type(fields).__name__}")
+            raise BadRecord(f"expected a JSON object, got {type(fields).__name__}")
         if "prompt" not in fields:
-            raise _BadRecord("no 'prompt'")
+            raise BadRecord("no 'prompt'")
         prompt = self.prompt(fields.pop("prompt"))
         media = record["media"]
         if (_kind(media) == "video") != self.video:
-            raise _BadRecord(f"{media.name} is a {_kind(media)}, but the pipeline makes {self._wanted}")
+            raise BadRecord(f"{media.name} is a {_kind(media)}, but the pipeline makes {self._wanted}")
         frames = self.media(str(media), media.name)
         return {
             "key": record["key"],
@@ -220,9 +221,9 @@ class _CosmosPair(_Checker):
         try:
             caption = record["caption"].read_text(encoding="utf-8").strip()
         except UnicodeDecodeError:
-            raise _BadRecord(f"caption {record['caption'].name} is not UTF-8 text") from None
+            raise BadRecord(f"caption {record['caption'].name} is not UTF-8 text") from None
         if not caption:
-            raise _BadRecord(f"empty caption metas/{record['caption'].name}")
+            raise BadRecord(f"empty caption metas/{record['caption'].name}")
         media = record["media"]
         frames = self.media(str(media), media.name)
         return {
@@ -245,7 +246,7 @@ def _hf_source(data, video: bool):
     if not video and data.video_column:
         raise _wrong_kind(data.path, "video", video)
     column = data.video_column if video else data.image_column
-    dataset = _hf_dataset(data)
+    dataset = hf_dataset(data)
     for name, role in (
         (column, "video_column" if video else "image_column"),
         (data.caption_column, "caption_column"),
@@ -286,12 +287,12 @@ def _hf_source(data, video: bool):
         else:
             path = value.get("path") if isinstance(value, dict) else value
             if not isinstance(path, str) or not path:
-                raise _BadRecord(
+                raise BadRecord(
                     f"{column!r} is neither a file path nor encoded media ({type(value).__name__})"
                 )
             media = str((root / path).resolve())
             if not os.path.isfile(media):
-                raise _BadRecord(f"missing {'video' if video else 'image'} {path}")
+                raise BadRecord(f"missing {'video' if video else 'image'} {path}")
             frames = checker.media(media, path)
         metadata = {name: row[name] for name in passthrough}
         return {"key": str(index), "media": media, "prompt": prompt, "metadata": metadata, "frames": frames}

@@ -29,7 +29,8 @@ from typing import Any
 
 import torch.utils.data
 
-from cosmos_train.data.loading import DataError, DataReport, _BadRecord, collect_rows
+from cosmos_train.data.records import BadRecord, DataReport, collect_rows
+from cosmos_train.errors import DataError
 
 FORMATS = ("txt", "geneval", "jsonl")
 _GENEVAL_SUFFIX = "_metadata.jsonl"
@@ -164,7 +165,7 @@ def _either(names: list[str]) -> str:
 
 
 def _lines(path: str, parse_json: bool) -> Iterator[tuple[str, Any]]:
-    """`(FILE:LINE, text or parsed JSON or _BadRecord)` for each non-blank line. Lines end at LF, CRLF or CR; a
+    """`(FILE:LINE, text or parsed JSON or BadRecord)` for each non-blank line. Lines end at LF, CRLF or CR; a
     leading UTF-8 BOM is dropped; a line that is not UTF-8 is a bad line, not a bad file."""
     try:
         raw = Path(path).read_bytes()
@@ -180,7 +181,7 @@ def _lines(path: str, parse_json: bool) -> Iterator[tuple[str, Any]]:
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as error:
-            yield source, _BadRecord(f"not UTF-8 text (byte {error.start + 1})")
+            yield source, BadRecord(f"not UTF-8 text (byte {error.start + 1})")
             continue
         if not text.strip():
             continue
@@ -190,7 +191,7 @@ def _lines(path: str, parse_json: bool) -> Iterator[tuple[str, Any]]:
         try:
             yield source, json.loads(text)
         except json.JSONDecodeError as error:
-            yield source, _BadRecord(f"invalid JSON ({error.msg} at column {error.colno})")
+            yield source, BadRecord(f"invalid JSON ({error.msg} at column {error.colno})")
 
 
 def _text_row(line: str) -> dict[str, Any]:
@@ -199,14 +200,14 @@ def _text_row(line: str) -> dict[str, Any]:
 
 def _jsonl_row(record: Any) -> dict[str, Any]:
     if not isinstance(record, dict):
-        raise _BadRecord(f"expected an object, got {_kind(record)}")
+        raise BadRecord(f"expected an object, got {_kind(record)}")
     if "prompt" not in record:
-        raise _BadRecord("no 'prompt'")
+        raise BadRecord("no 'prompt'")
     prompt = record["prompt"]
     if not isinstance(prompt, str):
-        raise _BadRecord(f"'prompt' is not text ({_kind(prompt)})")
+        raise BadRecord(f"'prompt' is not text ({_kind(prompt)})")
     if not prompt.strip():
-        raise _BadRecord("empty 'prompt'")
+        raise BadRecord("empty 'prompt'")
     return {"prompt": prompt.strip(), "metadata": {k: v for k, v in record.items() if k != "prompt"}}
 
 
@@ -214,11 +215,11 @@ def _geneval_row(record: Any) -> dict[str, Any]:
     row = _jsonl_row(record)
     metadata = row["metadata"]
     if "tag" not in metadata:
-        raise _BadRecord("no 'tag' (a GenEval record has tag, include and prompt)")
+        raise BadRecord("no 'tag' (a GenEval record has tag, include and prompt)")
     if not isinstance(metadata["tag"], str) or not metadata["tag"]:
-        raise _BadRecord(f"'tag' is not a non-empty string ({metadata['tag']!r})")
+        raise BadRecord(f"'tag' is not a non-empty string ({metadata['tag']!r})")
     if "include" not in metadata:
-        raise _BadRecord("no 'include' (a GenEval record has tag, include and prompt)")
+        raise BadRecord("no 'include' (a GenEval record has tag, include and prompt)")
     _objects(metadata["include"], "include", required=True)
     if metadata.get("exclude") is not None:
         _objects(metadata["exclude"], "exclude", required=False)
@@ -228,22 +229,22 @@ def _geneval_row(record: Any) -> dict[str, Any]:
 def _objects(value: Any, key: str, required: bool) -> None:
     """GenEval object specs: `[{"class": str, "count"?: int >= 0, "color"?: str, "position"?: [str, int]}]`."""
     if not isinstance(value, list):
-        raise _BadRecord(f"'{key}' is not a list ({_kind(value)})")
+        raise BadRecord(f"'{key}' is not a list ({_kind(value)})")
     if required and not value:
-        raise _BadRecord(f"'{key}' is empty")
+        raise BadRecord(f"'{key}' is empty")
     for index, item in enumerate(value):
         where = f"{key}[{index}]"
         if not isinstance(item, dict):
-            raise _BadRecord(f"{where} is not an object ({_kind(item)})")
+            raise BadRecord(f"{where} is not an object ({_kind(item)})")
         name = item.get("class")
         if not isinstance(name, str) or not name:
-            raise _BadRecord(f"{where} has no 'class' name")
+            raise BadRecord(f"{where} has no 'class' name")
         count = item.get("count")
         if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
-            raise _BadRecord(f"{where}.count is not a whole number ({count!r})")
+            raise BadRecord(f"{where}.count is not a whole number ({count!r})")
         color = item.get("color")
         if color is not None and not isinstance(color, str):
-            raise _BadRecord(f"{where}.color is not a string ({color!r})")
+            raise BadRecord(f"{where}.color is not a string ({color!r})")
         position = item.get("position")
         if position is not None and not (
             isinstance(position, list)
@@ -252,7 +253,7 @@ def _objects(value: Any, key: str, required: bool) -> None:
             and isinstance(position[1], int)
             and not isinstance(position[1], bool)
         ):
-            raise _BadRecord(f"{where}.position is not [relation, object index] ({position!r})")
+            raise BadRecord(f"{where}.position is not [relation, object index] ({position!r})")
 
 
 def _kind(value: Any) -> str:

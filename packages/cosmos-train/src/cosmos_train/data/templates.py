@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from jinja2 import TemplateError
 
-from cosmos_train.data.loading import DataError
+from cosmos_train.errors import DataError
 
 logger = logging.getLogger("cosmos_train.data")
 

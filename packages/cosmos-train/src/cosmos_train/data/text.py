@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from cosmos_train.data.loading import DataError, to_text_messages
+from cosmos_train.data.conversations import to_text_messages
 from cosmos_train.data.templates import (
     RENDER_FAILURES,
     assistant_spans,
@@ -18,6 +18,7 @@ from cosmos_train.data.templates import (
     trim_trailing_whitespace,
     why_unusable,
 )
+from cosmos_train.errors import DataError
 
 logger = logging.getLogger("cosmos_train.data")
 

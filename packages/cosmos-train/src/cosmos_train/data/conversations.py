@@ -7,17 +7,15 @@ placeholders matching media). A problem is one line, `"{source}: {reason}"`, whe
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cosmos_train.data.media import image_problem, video_problem
-from cosmos_train.errors import DataError, first_line
+from cosmos_train.data.records import BadRecord, DataReport, read_rows
+from cosmos_train.errors import DataError
 
 logger = logging.getLogger("cosmos_train.data")
 
@@ -28,20 +26,6 @@ _TAG = re.compile(r"\n?<(image|video)>\n?")
 _MISSING = object()  # checked-media marker for a file that does not exist
 
 
-@dataclass
-class DataReport:
-    """What `load_conversations` read: records seen, kept and skipped, and one line per problem."""
-
-    total: int = 0
-    kept: int = 0
-    skipped: int = 0
-    problems: list[str] = field(default_factory=list)
-
-
-class _BadRecord(Exception):
-    """A record-level problem; the message is the reason, the caller prefixes the source."""
-
-
 def load_conversations(data) -> tuple[Any, DataReport]:
     """Load `data` (the `[data]` section, `cosmos_train.algorithms.sft.schema.ConversationData`) as a `datasets.Dataset` plus a `DataReport`.
 
@@ -49,71 +33,8 @@ def load_conversations(data) -> tuple[Any, DataReport]:
     `{"type": "image"}` or `{"type": "video"}` parts, the media parts without payload), `images` and
     `videos` (absolute paths in placeholder order) and `source`.
     """
-    rows, report = read_rows(data, _normalize)
+    rows, report = read_rows(data, normalize_conversation)
     return _to_dataset(rows), report
-
-
-Normalize = Callable[[Any, Path, "str | None", dict[str, object]], dict[str, Any]]
-
-
-def read_rows(data, normalize: Normalize, noun: str = "records") -> tuple[list[dict[str, Any]], DataReport]:
-    """Read `data`'s records and `normalize(record, media_root, system_prompt, checked)` each into a row
-    (with its `source`); a bad record is a `DataError`, or skipped and counted with `skip_bad`."""
-    if data.format == "jsonl":
-        records, root = _jsonl_records(data.path), Path(data.path).parent
-    elif data.format == "llava":
-        records, root = _llava_records(data.path), Path(data.path).parent
-    elif data.format == "hf":
-        records, root = _hf_records(data), Path.cwd()
-    else:
-        raise DataError(f"{data.path}: unknown data format {data.format!r}")
-    media_root = Path(data.media_dir) if data.media_dir else root
-    checked: dict[str, object] = {}  # media path -> problem, so a file shared by records is read once
-    return collect_rows(
-        records,
-        lambda record: normalize(record, media_root, data.system_prompt, checked),
-        data.path,
-        data.skip_bad,
-        noun,
-    )
-
-
-def collect_rows(
-    records: Iterable[tuple[str, Any]],
-    normalize: Callable[[Any], dict[str, Any]],
-    path: str,
-    skip_bad: bool,
-    noun: str = "records",
-) -> tuple[list[dict[str, Any]], DataReport]:
-    """Rows from `(source, record or _BadRecord)` pairs: a record whose reader or `normalize` raised `_BadRecord`
-    is a one-line `DataError` `"{source}: {reason}"`, or skipped and counted with `skip_bad`."""
-    report = DataReport()
-    rows: list[dict[str, Any]] = []
-    for source, record in records:
-        report.total += 1
-        try:
-            if isinstance(record, _BadRecord):
-                raise record
-            row = normalize(record)
-        except _BadRecord as bad:
-            problem = f"{source}: {bad}"
-            if not skip_bad:
-                raise DataError(problem) from None
-            report.skipped += 1
-            report.problems.append(problem)
-            continue
-        row["source"] = source
-        rows.append(row)
-        report.kept += 1
-
-    if report.skipped:
-        logger.warning(
-            "skipped %d of %d records (first: %s)", report.skipped, report.total, report.problems[0]
-        )
-    if not rows:
-        detail = f" (skipped {report.skipped}; first: {report.problems[0]})" if report.problems else ""
-        raise DataError(f"{path}: no usable {noun}{detail}")
-    return rows, report
 
 
 def _to_dataset(rows: list[dict[str, Any]]):
@@ -154,81 +75,13 @@ def to_text_messages(messages: list[dict[str, Any]], source: str | None = None) 
     return converted
 
 
-# --- readers: each yields (source, record or _BadRecord) -------------------------------------------------
-
-
-def _open_text(path: str):
-    try:
-        return open(path, encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: is a folder, expected a file") from None
-
-
-def _jsonl_records(path: str) -> Iterator[tuple[str, Any]]:
-    with _open_text(path) as lines:
-        try:
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield f"{path}:{number}", json.loads(line.rstrip("\r\n"))
-                except json.JSONDecodeError as error:
-                    yield (
-                        f"{path}:{number}",
-                        _BadRecord(f"invalid JSON ({error.msg} at column {error.colno})"),
-                    )
-        except UnicodeDecodeError:
-            raise DataError(f"{path}: not UTF-8 text") from None
-
-
-def _llava_records(path: str) -> Iterator[tuple[str, Any]]:
-    with _open_text(path) as file:
-        try:
-            records = json.load(file)
-        except json.JSONDecodeError as error:
-            raise DataError(
-                f"{path}:{error.lineno}: invalid JSON ({error.msg} at column {error.colno})"
-            ) from None
-        except UnicodeDecodeError:
-            raise DataError(f"{path}: not UTF-8 text") from None
-    if not isinstance(records, list):
-        raise DataError(f"{path}: expected a JSON list of records, got {type(records).__name__}")
-    for index, record in enumerate(records):
-        yield f"{path}[{index}]", record
-
-
-def _hf_dataset(data):
-    import datasets
-
-    folder = Path(data.path)
-    if folder.is_dir() and any((folder / name).exists() for name in ("dataset_dict.json", "state.json")):
-        loaded = datasets.load_from_disk(str(folder))
-        if isinstance(loaded, datasets.DatasetDict):
-            if data.split not in loaded:
-                raise DataError(f"{data.path}: no split {data.split!r} (has: {', '.join(loaded)})")
-            loaded = loaded[data.split]
-        return loaded
-    try:
-        return datasets.load_dataset(data.path, split=data.split)
-    except Exception as error:  # hub, network and builder errors alike: report them in one line
-        raise DataError(f"{data.path}: cannot load dataset ({first_line(error)})") from None
-
-
-def _hf_records(data) -> Iterator[tuple[str, Any]]:
-    # Arrow rows are the stored values: image columns arrive as {"bytes", "path"} without decoding pixels.
-    index = 0
-    for table in _hf_dataset(data).with_format("arrow").iter(batch_size=256):
-        for row in table.to_pylist():
-            yield f"{data.path}[{index}]", row
-            index += 1
+# --- readers: each yields (source, record or BadRecord) -------------------------------------------------
 
 
 # --- normalization --------------------------------------------------------------------------------------
 
 
-def _normalize(
+def normalize_conversation(
     record: Any,
     media_root: Path,
     system_prompt: str | None,
@@ -236,21 +89,21 @@ def _normalize(
     require_assistant: bool = True,
 ) -> dict[str, Any]:
     if not isinstance(record, dict):
-        raise _BadRecord(f"expected an object, got {type(record).__name__}")
+        raise BadRecord(f"expected an object, got {type(record).__name__}")
     if record.get("messages") is not None:
         key, parse_turn = "messages", _typed_turn
     elif record.get("conversations") is not None:
         key, parse_turn = "conversations", _llava_turn
     else:
-        raise _BadRecord("no 'conversations' or 'messages'")
+        raise BadRecord("no 'conversations' or 'messages'")
     turns = record[key]
     if not isinstance(turns, list):
-        raise _BadRecord(f"'{key}' is not a list")
+        raise BadRecord(f"'{key}' is not a list")
     if not turns:
-        raise _BadRecord("empty conversation")
+        raise BadRecord("empty conversation")
     messages = [parse_turn(turn, f"{key}[{n}]") for n, turn in enumerate(turns)]
     if require_assistant and not any(message["role"] == "assistant" for message in messages):
-        raise _BadRecord("no assistant turn")
+        raise BadRecord("no assistant turn")
 
     tagged = key == "conversations"
     _place_media(messages, "image", _listed(record, "images", "image"), tagged)
@@ -258,7 +111,7 @@ def _normalize(
     for message in messages:
         kinds = {part["type"] for part in message["content"]} & set(MEDIA)
         if kinds and message["role"] != "user":
-            raise _BadRecord(f"{sorted(kinds)[0]} in a {message['role']} turn (media go in user turns)")
+            raise BadRecord(f"{sorted(kinds)[0]} in a {message['role']} turn (media go in user turns)")
     if system_prompt and not any(message["role"] == "system" for message in messages):
         messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
 
@@ -274,17 +127,17 @@ def _normalize(
 def _role(value: Any, where: str) -> str:
     role = ROLES.get(value) if isinstance(value, str) else None
     if role is None:
-        raise _BadRecord(f"unknown role {value!r} in {where}")
+        raise BadRecord(f"unknown role {value!r} in {where}")
     return role
 
 
 def _llava_turn(turn: Any, where: str) -> dict[str, Any]:
     if not isinstance(turn, dict):
-        raise _BadRecord(f"{where} is not an object")
+        raise BadRecord(f"{where} is not an object")
     role = _role(turn.get("from", turn.get("role")), where)
     value = turn.get("value", turn.get("content"))
     if not isinstance(value, str):
-        raise _BadRecord(f"{where} has no text 'value'")
+        raise BadRecord(f"{where} has no text 'value'")
     parts: list[dict[str, Any]] = []
     for index, piece in enumerate(_TAG.split(value)):
         if index % 2:  # odd pieces are the captured tag names
@@ -296,26 +149,26 @@ def _llava_turn(turn: Any, where: str) -> dict[str, Any]:
 
 def _typed_turn(turn: Any, where: str) -> dict[str, Any]:
     if not isinstance(turn, dict):
-        raise _BadRecord(f"{where} is not an object")
+        raise BadRecord(f"{where} is not an object")
     role = _role(turn.get("role"), where)
     content = turn.get("content")
     if isinstance(content, str):
         return {"role": role, "content": [{"type": "text", "text": content}] if content else []}
     if not isinstance(content, list):
-        raise _BadRecord(f"{where} has no 'content'")
+        raise BadRecord(f"{where} has no 'content'")
     parts: list[dict[str, Any]] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text":
             if not isinstance(part.get("text"), str):
-                raise _BadRecord(f"{where} has a text part without 'text'")
+                raise BadRecord(f"{where} has a text part without 'text'")
             parts.append({"type": "text", "text": part["text"]})
         elif kind in MEDIA:
             # Datasets stored as Arrow give every part every key, so an absent payload is a None value.
             source = part.get(kind) if part.get(kind) is not None else part.get("path")
             parts.append({"type": kind, "src": source})
         else:
-            raise _BadRecord(f"unknown content type {kind!r} in {where}")
+            raise BadRecord(f"unknown content type {kind!r} in {where}")
     return {"role": role, "content": parts}
 
 
@@ -339,13 +192,13 @@ def _place_media(messages: list[dict[str, Any]], kind: str, items: list[Any], ta
     if not holes and items:
         first_user = next((message for message in messages if message["role"] == "user"), None)
         if first_user is None:
-            raise _BadRecord(f"has {kind}s but no user turn to put them in")
+            raise BadRecord(f"has {kind}s but no user turn to put them in")
         leading = [part for part in first_user["content"] if part["type"] in MEDIA]
         first_user["content"][len(leading) : len(leading)] = [{"type": kind, "src": item} for item in items]
         return
     if len(holes) != len(items):
         noun = f"<{kind}> tag" if tagged else f"{kind} placeholder"
-        raise _BadRecord(f"{len(holes)} {noun}(s) but {len(items)} {kind}(s)")
+        raise BadRecord(f"{len(holes)} {noun}(s) but {len(items)} {kind}(s)")
     for part, item in zip(holes, items, strict=True):
         part["src"] = item
 
@@ -356,11 +209,11 @@ def _resolve(kind: str, source: Any, media_root: Path, checked: dict[str, object
         if source.get("bytes"):
             problem = image_problem(source["bytes"])
             if problem:
-                raise _BadRecord(f"corrupt image {source.get('path') or '(embedded)'}: {problem}")
+                raise BadRecord(f"corrupt image {source.get('path') or '(embedded)'}: {problem}")
             return {"bytes": source["bytes"], "path": source.get("path")}
         source = source.get("path")
     if not isinstance(source, str) or not source:
-        raise _BadRecord(f"{kind} entry is not a file path ({type(source).__name__})")
+        raise BadRecord(f"{kind} entry is not a file path ({type(source).__name__})")
     path = os.path.abspath(os.path.join(media_root, source))
     if path not in checked:
         if not os.path.isfile(path):
@@ -369,7 +222,7 @@ def _resolve(kind: str, source: Any, media_root: Path, checked: dict[str, object
             checked[path] = image_problem(path) if kind == "image" else video_problem(path)
     problem = checked[path]
     if problem is _MISSING:
-        raise _BadRecord(f"missing {kind} {source}")
+        raise BadRecord(f"missing {kind} {source}")
     if problem:
-        raise _BadRecord(f"corrupt {kind} {source}: {problem}")
+        raise BadRecord(f"corrupt {kind} {source}: {problem}")
     return path
