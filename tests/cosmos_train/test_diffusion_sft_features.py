@@ -50,7 +50,7 @@ def test_validation_writes_a_png_grid_for_images(tmp_path, sd3):
     run_diffusion_sft(job)
     for step in (1, 2):
         folder = tmp_path / "run" / "samples" / f"step_{step}"
-        assert json.loads((folder / "prompts.json").read_text()) == PROMPTS
+        assert [sample["prompt"] for sample in json.loads((folder / "samples.json").read_text())] == PROMPTS
         grid = Image.open(folder / "grid.png")
         # torchvision's make_grid: 2 images of 32 x 32 side by side with a 2-pixel border.
         assert grid.format == "PNG" and grid.size == (2 * 32 + 3 * 2, 32 + 2 * 2)
@@ -76,7 +76,7 @@ def test_validation_grid_goes_to_tensorboard(tmp_path, sd3):
 
 
 def test_validation_writes_one_mp4_per_prompt_for_video(tmp_path):
-    """A video family (Cosmos3): `00.mp4`, `01.mp4`, each decodable with PyAV and `num_frames` long."""
+    """A video family (Cosmos3): `000.mp4`, `001.mp4`, each decodable with PyAV and `num_frames` long."""
     import av
 
     model = save_tiny_pipeline("cosmos3", tmp_path / "cosmos3")
@@ -87,8 +87,8 @@ def test_validation_writes_one_mp4_per_prompt_for_video(tmp_path):
     )
     run_diffusion_sft(job)
     folder = tmp_path / "run" / "samples" / "step_1"
-    assert sorted(path.name for path in folder.iterdir()) == ["00.mp4", "01.mp4", "prompts.json"]
-    for name in ("00.mp4", "01.mp4"):
+    assert sorted(path.name for path in folder.iterdir()) == ["000.mp4", "001.mp4", "samples.json"]
+    for name in ("000.mp4", "001.mp4"):
         with av.open(str(folder / name)) as container:
             frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
         assert len(frames) == 5 and frames[0].shape == (32, 32, 3), (name, len(frames))

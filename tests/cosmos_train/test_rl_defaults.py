@@ -9,8 +9,7 @@ import diffusion_rl_helpers
 import pytest
 from diffusion_rl_helpers import write_rl_job
 
-from cosmos_train.algorithms.diffusion_rl.schema import DiffusionRolloutSection, RLLoraSection
-from cosmos_train.algorithms.diffusion_rl.trainer import rl_sample_size
+from cosmos_train.algorithms.diffusion_rl.schema import DiffusionRolloutSection, RLLoraSection, rl_sample_size
 from cosmos_train.config import PipelineSection
 from cosmos_train.diffusion.loading import load_adapter, prepare_training
 from cosmos_train.jobs import read_job
@@ -52,14 +51,16 @@ def test_each_kind_trains_with_its_references_optimizer(tmp_path, tiny, kind, ex
 
 def test_sd3_rl_samples_at_512_with_128_tokens(tmp_path, tiny):
     adapter = load_adapter(str(tiny("sd3")))
-    assert rl_sample_size(adapter, DiffusionRolloutSection()) == (512, 512, None)
-    assert rl_sample_size(adapter, DiffusionRolloutSection(height=64, width=96)) == (64, 96, None)
+    sd3 = type(adapter), adapter.default_size()
+    assert rl_sample_size(DiffusionRolloutSection(), *sd3) == (512, 512, None)
+    assert rl_sample_size(DiffusionRolloutSection(height=64, width=96), *sd3) == (64, 96, None)
+    assert rl_sample_size(DiffusionRolloutSection(height=64), *sd3) == (64, 64, None)  # width: as height
     job_file = write_rl_job(tmp_path, tiny("sd3"), kind="nft")
     job_file.write_text(job_file.read_text().replace("max_sequence_length = 16\n", ""))
     config = read_job(job_file).config
     assert config.text_tokens(type(adapter)) == 128
     sana = load_adapter(str(tiny("sana")))  # other families: the pipeline's own size
-    assert rl_sample_size(sana, DiffusionRolloutSection()) == sana.default_size()
+    assert rl_sample_size(DiffusionRolloutSection(), type(sana), sana.default_size()) == sana.default_size()
 
 
 @pytest.mark.parametrize(

@@ -311,13 +311,6 @@ def ab2_step(
     return (s_next / s) * x + h * (b1 * x0 + b2 * x0_previous)
 
 
-def to_uint8_media(pixels: torch.Tensor) -> torch.Tensor:
-    """Decoded pixels in [-1, 1] (`B x 3 x H x W` or `B x 3 x T x H x W`) -> uint8 `B x H x W x 3` or
-    `B x T x H x W x 3`, what rewards and the reward service take."""
-    pixels = ((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-    return pixels.permute(0, 2, 3, 1) if pixels.dim() == 4 else pixels.permute(0, 2, 3, 4, 1)
-
-
 __all__ = [
     "SOLVERS",
     "Guidance",
@@ -333,6 +326,5 @@ __all__ = [
     "sde_step",
     "to_edm",
     "to_flow",
-    "to_uint8_media",
     "velocity",
 ]

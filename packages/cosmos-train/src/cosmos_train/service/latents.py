@@ -62,13 +62,13 @@ class LatentDecoder:
     def decode(self, latents: np.ndarray) -> np.ndarray:
         import torch
 
+        from ..diffusion.media_io import to_uint8
+
         self.check(latents.shape)
         pixels = []
         with torch.no_grad():
             for sample in torch.from_numpy(np.ascontiguousarray(latents)).float().split(1):
                 z = sample * self.std + self.mean if self.video else sample / self.scale + self.shift
                 decoded = self.vae.decode(z.to(self.device, self.dtype)).sample.float().cpu()
-                pixels.append(((decoded.clamp(-1, 1) + 1) / 2 * 255).to(torch.uint8))
-        frames = torch.cat(pixels)  # B x 3 x (T x) H x W
-        order = (0, 2, 3, 4, 1) if self.video else (0, 2, 3, 1)
-        return frames.permute(*order).contiguous().numpy()
+                pixels.append(to_uint8(decoded, channel_dim=1, low=-1, truncate=True))
+        return torch.cat(pixels).contiguous().numpy()  # B x (T x) H x W x 3

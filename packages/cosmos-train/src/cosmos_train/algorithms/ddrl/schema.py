@@ -157,5 +157,6 @@ class DDRLJob(DiffusionRLJob):
     def kl_beta(self) -> float:
         return self.ddrl.kl_beta
 
-    def sample_size(self, family: Any) -> tuple[int | None, int | None, int | None]:
-        return self.data.height, self.data.width, self.data.num_frames
+    def sample_size(self, family: Any, pipeline_size: tuple = (None, None, None)) -> tuple:
+        """The rollouts sample at `[data]`'s size (its frames for a video family)."""
+        return self.data.height, self.data.width, self.data.num_frames if family.video else None

@@ -38,7 +38,6 @@ class DDRLTrainer(DiffusionRLTrainer):
     def __init__(self, adapter, rewards, job, lora=None, **kwargs):
         self.ddrl = job.ddrl
         super().__init__(adapter, rewards, job, lora=lora, **kwargs)
-        self.size = (job.data.height, job.data.width, job.data.num_frames if adapter.video else None)
         self.sampling_steps = job.rollout.sampling_steps
         self.trained = job.ddrl.trained_steps(self.sampling_steps)
         self.eta = churn_eta(self.sampling_steps, self.ddrl.s_churn)

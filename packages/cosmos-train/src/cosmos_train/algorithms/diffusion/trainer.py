@@ -8,17 +8,18 @@ Algorithms (flow-matching SFT, and the RL trainers) subclass `DiffusionTrainer` 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback
 
 from ...diffusion.adapter import AdapterOptions, DiffusionAdapter
 from ...diffusion.export import export_pipeline
 from ...diffusion.loading import load_adapter, prepare_training
+from ...diffusion.media_io import to_uint8, write_samples
 from ...diffusion.weights import ExponentialAverage, ParameterCopy
 from ...launch import zero3
 from ..common import CrashSafeTrainerMixin, log_weight_copies
@@ -51,8 +52,8 @@ def every_step(step: int) -> bool:
 
 class ValidationCallback(TrainerCallback):
     """Every `every` steps, generate the validation prompts with fixed seeds (EMA weights when kept) and write
-    a PNG grid (images) or one MP4 per prompt (videos) under `output_dir/samples/step_N/`, and to TensorBoard
-    when it is a tracker."""
+    them under `output_dir/samples/step_N/` (`write_samples`: a PNG grid of images or one MP4 per prompt, and
+    `samples.json`), the grid also to TensorBoard when it is a tracker."""
 
     def __init__(self, trainer: DiffusionTrainer, prompts: list[str], every: int, generate_kwargs: dict):
         self.trainer, self.prompts, self.every, self.generate_kwargs = (
@@ -68,22 +69,14 @@ class ValidationCallback(TrainerCallback):
             self.write(Path(args.output_dir) / "samples" / f"step_{state.global_step}", state.global_step)
 
     def write(self, folder: Path, step: int) -> Path:
-        with self.trainer.weights_for_export():
-            media = self.trainer.adapter.generate(self.prompts, **self.generate_kwargs)
+        media = self.trainer.generate_samples(self.prompts, **self.generate_kwargs)
         if not self.trainer.is_world_process_zero():
             return folder
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "prompts.json").write_text(json.dumps(self.prompts, indent=1))
-        if media.dim() == 4:  # B x 3 x H x W in [0, 1]
-            from torchvision.utils import make_grid, save_image
-
-            save_image(media, folder / "grid.png", nrow=min(len(self.prompts), 4))
-            self._to_tensorboard(make_grid(media, nrow=min(len(self.prompts), 4)), step)
-        else:  # B x T x 3 x H x W
-            from ...diffusion.media_io import write_mp4
-
-            for index, frames in enumerate(media):
-                write_mp4(folder / f"{index:02d}.mp4", frames, fps=self.generate_kwargs.get("fps", 8))
+        records = [{"prompt": prompt} for prompt in self.prompts]
+        fps = self.trainer.adapter.generate_kwargs.get("fps", 8)
+        grid = write_samples(folder, media, records, fps=fps)
+        if grid is not None:
+            self._to_tensorboard(grid, step)
         logger.info("validation samples written to %s", folder)
         return folder
 
@@ -168,6 +161,15 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
     def keep(self, copy: ParameterCopy, name: str | None = None) -> ParameterCopy:
         self.copies[name or Path(copy.filename).stem] = copy
         return copy
+
+    @torch.no_grad()
+    def generate_samples(self, prompts: list[str], **kwargs) -> np.ndarray:
+        """`prompts` through the pipeline's own sampler (`adapter.generate`'s arguments: sample i from seed + i),
+        with the weights exports use (the EMA when kept), as uint8 `B x H x W x 3` images or `B x T x H x W x 3`
+        videos. Every process must call it when the model is partitioned (its layers are gathered)."""
+        with self.weights_for_export():
+            media = self.adapter.generate(prompts, **kwargs)
+        return to_uint8(media, channel_dim=-3).cpu().numpy()
 
     def weights_for_export(self):
         """Validation and exports use the EMA weights when the job keeps an EMA."""

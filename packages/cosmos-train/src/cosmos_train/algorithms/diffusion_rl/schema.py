@@ -157,16 +157,9 @@ class DiffusionRLJob(DiffusionJob):
     def forced_arguments(self) -> dict[str, Any]:
         return {"gradient_accumulation_steps": self.micro_batches_per_update()}
 
-    def sample_size(self, family: Any) -> tuple[int | None, int | None, int | None]:
-        """(height, width, frames) of the rollouts as the job sets them, else the family's RL defaults
-        (`rl_sample_defaults`); None where the pipeline's own size applies."""
-        defaults = family.rl_sample_defaults
-        height = self.rollout.height or defaults.get("height")
-        return (
-            height,
-            self.rollout.width or self.rollout.height or defaults.get("width", height),
-            self.rollout.num_frames,
-        )
+    def sample_size(self, family: Any, pipeline_size: tuple = (None, None, None)) -> tuple:
+        """(height, width, frames) of the rollouts (`rl_sample_size`)."""
+        return rl_sample_size(self.rollout, family, pipeline_size)
 
     def text_tokens(self, family: Any) -> int | None:
         """`[rollout]`'s text length, else the family's RL length (`rl_sample_defaults`), else None (the
@@ -176,7 +169,7 @@ class DiffusionRLJob(DiffusionJob):
         return family.rl_sample_defaults.get("max_sequence_length")
 
     def activation_batch(self, args: Any, family: Any = None) -> ActivationBatch:
-        height, width, frames = self.sample_size(family)
+        height, width, frames = self.sample_size(family)  # the pipeline's own size is unknown here
         size = (height or 512, width or height or 512, frames)
         return ActivationBatch(self.rollout.train_batch_size, size=size, text_tokens=self.text_tokens(family))
 
@@ -196,3 +189,18 @@ class DiffusionRLJob(DiffusionJob):
                 f"{updates}, so checkpoints fall between rollouts (resume restarts at a rollout)"
             )
         return self
+
+
+def rl_sample_size(rollout: RolloutSection, family: Any, pipeline_size: tuple = (None, None, None)) -> tuple:
+    """(height, width, frames) of the rollouts: `[rollout]`'s (width defaulting to height), else the family's RL
+    size (`rl_sample_defaults`: 512 for SD3, as the references), else `pipeline_size`, the pipeline's own default
+    (None where unknown)."""
+    pipeline_height, pipeline_width, pipeline_frames = pipeline_size
+    defaults = family.rl_sample_defaults
+    height = getattr(rollout, "height", None)
+    width = getattr(rollout, "width", None) or height
+    return (
+        height or defaults.get("height", pipeline_height),
+        width or defaults.get("width", pipeline_width),
+        getattr(rollout, "num_frames", None) or pipeline_frames,
+    )

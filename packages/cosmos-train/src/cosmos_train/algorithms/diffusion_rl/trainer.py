@@ -15,23 +15,22 @@ Rewards, advantages, evaluation (`RLEvaluation`), the EMA, checkpoints, exports 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import TrainerCallback
 
-from ...diffusion.sampling import Guidance, NoiseGrid, noise_grid, to_uint8_media
+from ...diffusion.media_io import to_uint8
+from ...diffusion.sampling import Guidance, NoiseGrid, noise_grid
 from ...diffusion.weights import ParameterCopy
 from ...jobs import Job
 from ..common import train_and_save
 from ..diffusion.trainer import DiffusionTrainer, load_for_training
 from .advantages import group_advantages_across, weighted_reward
+from .evaluation import RLEvaluation
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +64,7 @@ class DiffusionRLTrainer(DiffusionTrainer):
         self.rewards = rewards
         self.rollout_config = job.rollout
         self.group_size = job.rollout.samples_per_prompt
-        self.size = rl_sample_size(adapter, job.rollout)
+        self.size = job.sample_size(type(adapter), adapter.default_size())
         self._grids: dict[int, NoiseGrid] = {}
         self._buffer: list[dict[str, Any]] = []
         self._metrics: dict[str, list[float]] = defaultdict(list)
@@ -182,7 +181,7 @@ class DiffusionRLTrainer(DiffusionTrainer):
         pending = {reward.name: [] for reward in self.rewards}
         for start in range(0, len(latents), size):
             rows = slice(start, start + size)
-            media = to_uint8_media(self.adapter.decode_latents(latents[rows])).cpu().numpy()
+            media = to_uint8(self.adapter.decode_latents(latents[rows]), channel_dim=1, low=-1).cpu().numpy()
             for reward in self.rewards:
                 part_metadata = metadata[rows] if has_metadata else None
                 pending[reward.name].append(reward.submit(media, prompts[rows], part_metadata))
@@ -213,29 +212,6 @@ class DiffusionRLTrainer(DiffusionTrainer):
         super().log(logs, start_time)
 
 
-def score_media(rewards: list, media, prompts: list[str], metadata: list[dict]) -> dict[str, torch.Tensor]:
-    """{reward name: float64 scores} of uint8 media (`B x H x W x 3` or `B x T x H x W x 3`)."""
-    has_metadata = any(metadata)
-    return {
-        reward.name: torch.tensor(
-            reward(media, prompts, metadata if has_metadata else None), dtype=torch.float64
-        )
-        for reward in rewards
-    }
-
-
-def rl_sample_size(adapter, rollout) -> tuple[int, int, int | None]:
-    """(height, width, frames) of the rollouts: `[rollout]`'s, else the family's RL size (`rl_sample_defaults`),
-    else the pipeline's own default."""
-    height, width, frames = adapter.default_size()
-    defaults = adapter.rl_sample_defaults
-    return (
-        getattr(rollout, "height", None) or defaults.get("height", height),
-        getattr(rollout, "width", None) or defaults.get("width", width),
-        getattr(rollout, "num_frames", None) or frames,
-    )
-
-
 class RolloutPrompts(torch.utils.data.Dataset):
     """The prompts (or DDRL's data items), repeated so that every epoch holds whole rollouts on every process.
 
@@ -257,155 +233,6 @@ class RolloutPrompts(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int):
         return self.prompts[index % len(self.prompts)]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Evaluation during training
-
-
-class RLEvaluation(TrainerCallback):
-    """`[eval]`: before training, every `every` optimizer steps and at the end, the held-out prompts sampled by the
-    pipeline's own sampler (deterministic: sample i from seed + i, `samples_per_prompt` per prompt; the EMA weights
-    when kept; the pipeline's CFG unless set), scored by `[eval] rewards` (default: the job's). Each process samples
-    a contiguous share; the main process logs `eval/reward` (the weighted sum), `eval/<reward>` and, when the
-    prompts carry a GenEval `tag`, `eval/reward/<tag>` per task; it writes the samples and scores under
-    `output_dir/eval/step_N/`, and at the end `output_dir/curves.png` (train and eval reward per step)."""
-
-    def __init__(self, trainer: DiffusionRLTrainer, section, rewards: list):
-        from ...data import load_prompt_list
-
-        self.trainer, self.section, self.rewards = trainer, section, rewards
-        prompts, _ = load_prompt_list(section)
-        self.rows = [prompts[i] for i in range(len(prompts)) for _ in range(section.samples_per_prompt)]
-        self.history: list[tuple[int, float]] = []
-        self.started, self.evaluating = time.perf_counter(), 0.0
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.started, self.evaluating = time.perf_counter(), 0.0
-        if state.global_step == 0:  # the starting point of the curve (a resumed run has it already)
-            self.evaluate(0)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step % self.section.every == 0:
-            self.evaluate(state.global_step)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if not self.history or self.history[-1][0] != state.global_step:
-            self.evaluate(state.global_step)
-        if state.is_world_process_zero:
-            write_curves(Path(args.output_dir) / "curves.png", state.log_history)
-
-    @torch.no_grad()
-    def evaluate(self, step: int) -> float:
-        from accelerate.utils import gather_object
-
-        began = time.perf_counter()
-        trainer, section = self.trainer, self.section
-        accelerator = trainer.accelerator
-        rows = self.rows
-        # A contiguous share per process, padded to equal lengths so that sharded models run the same forwards.
-        share = math.ceil(len(rows) / accelerator.num_processes)
-        start = accelerator.process_index * share
-        mine = list(range(start, min(start + share, len(rows))))
-        padded = mine + [mine[-1] if mine else 0] * (share - len(mine))
-        height, width, frames = trainer.size
-        with trainer.weights_for_export():
-            media = trainer.adapter.generate(
-                [rows[i]["prompt"] for i in padded],
-                height,
-                width,
-                frames,
-                num_inference_steps=section.sampling_steps,
-                guidance_scale=section.guidance_scale,
-                seed=section.seed + start,
-            )
-        uint8 = (media * 255).round().to(torch.uint8)
-        uint8 = uint8.permute(0, 2, 3, 1) if uint8.dim() == 4 else uint8.permute(0, 1, 3, 4, 2)
-        uint8 = uint8[: len(mine)].cpu().numpy()
-        scores = score_media(
-            self.rewards, uint8, [rows[i]["prompt"] for i in mine], [rows[i]["metadata"] for i in mine]
-        )
-        results = gather_object(
-            [
-                (index, {name: values[k].item() for name, values in scores.items()}, uint8[k])
-                for k, index in enumerate(mine)
-            ]
-        )
-        results.sort(key=lambda result: result[0])
-        per_reward = {
-            name: torch.tensor([r[1][name] for r in results], dtype=torch.float64) for name in scores
-        }
-        total = weighted_reward(per_reward, {reward.name: reward.weight for reward in self.rewards})
-        logs = {"eval/reward": total.mean().item()} | {
-            f"eval/{n}": v.mean().item() for n, v in per_reward.items()
-        }
-        # Seconds of training so far in this process, evaluations left out: learning against wall-clock.
-        logs["eval/train_seconds"] = round(began - self.started - self.evaluating, 3)
-        tags = [rows[r[0]]["metadata"].get("tag") for r in results]
-        for tag in dict.fromkeys(t for t in tags if isinstance(t, str)):
-            logs[f"eval/reward/{tag}"] = total[[t == tag for t in tags]].mean().item()
-        # Trainer.log clears a train log scheduled for this step (`on_log`): keep it scheduled.
-        scheduled = trainer.control.should_log
-        trainer.log(logs)
-        trainer.control.should_log = scheduled
-        self.history.append((step, logs["eval/reward"]))
-        if trainer.args.should_save:
-            write_eval_samples(
-                Path(trainer.args.output_dir) / "eval" / f"step_{step}",
-                [rows[r[0]]["prompt"] for r in results],
-                [r[2] for r in results],
-                [
-                    r[1] | {"reward": total[k].item()} | ({"tag": tags[k]} if tags[k] else {})
-                    for k, r in enumerate(results)
-                ],
-                fps=trainer.adapter.generate_kwargs.get("fps", 8),
-            )
-        self.evaluating += time.perf_counter() - began
-        return logs["eval/reward"]
-
-
-def write_eval_samples(
-    folder: Path, prompts: list[str], media: list, scores: list[dict], fps: float = 8
-) -> None:
-    """An image grid (`grid.png`) or one MP4 per prompt, with `samples.json` (prompt and scores per sample)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    stacked = torch.from_numpy(__import__("numpy").stack(media))
-    if stacked.dim() == 4:  # B x H x W x 3
-        from torchvision.utils import save_image
-
-        save_image(stacked.permute(0, 3, 1, 2).float() / 255, folder / "grid.png", nrow=min(len(media), 8))
-    else:  # B x T x H x W x 3
-        from ...diffusion.media_io import write_mp4
-
-        for index, frames in enumerate(stacked):
-            write_mp4(folder / f"{index:03d}.mp4", frames.permute(0, 3, 1, 2).float() / 255, fps=fps)
-    samples = [{"prompt": prompt, **score} for prompt, score in zip(prompts, scores, strict=True)]
-    (folder / "samples.json").write_text(json.dumps(samples, indent=1))
-
-
-def write_curves(path: Path, log_history: list[dict]) -> Path | None:
-    """The train reward (`reward`) and the eval reward (`eval/reward`) per optimizer step, as a PNG."""
-    train = [(entry["step"], entry["reward"]) for entry in log_history if "reward" in entry]
-    evaluation = [(entry["step"], entry["eval/reward"]) for entry in log_history if "eval/reward" in entry]
-    if not train and not evaluation:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    figure, axes = pyplot.subplots(figsize=(6, 4), dpi=100)
-    for points, label, style in ((train, "train reward", "-"), (evaluation, "eval reward", "o-")):
-        if points:
-            axes.plot(*zip(*points, strict=True), style, label=label)
-    axes.set_xlabel("optimizer step")
-    axes.set_ylabel("reward (weighted sum)")
-    axes.legend()
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path)
-    pyplot.close(figure)
-    return path
 
 
 # ---------------------------------------------------------------------------------------------------------
