@@ -10,9 +10,9 @@ from cosmos_train.diffusion.sampling import ode_sample
 
 
 class ToyTrainer(DiffusionRLTrainer):
-    def __init__(self, adapter, rewards, job, lora=None, **kwargs):
-        super().__init__(adapter, rewards, job, lora=lora, **kwargs)
-        self.timesteps = job.train_timesteps()
+    def __init__(self, adapter, rewards, config, lora=None, **kwargs):
+        super().__init__(adapter, rewards, config, lora=lora, **kwargs)
+        self.timesteps = config.train_timesteps()
 
     def rollout(self, prompts, metadata, batch):
         conditioning = self.conditioning(prompts)

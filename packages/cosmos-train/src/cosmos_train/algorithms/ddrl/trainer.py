@@ -35,19 +35,19 @@ logger = logging.getLogger(__name__)
 
 
 class DDRLTrainer(DiffusionRLTrainer):
-    def __init__(self, adapter, rewards, job, lora=None, **kwargs):
-        self.ddrl = job.ddrl
-        super().__init__(adapter, rewards, job, lora=lora, **kwargs)
-        self.sampling_steps = job.rollout.sampling_steps
-        self.trained = job.ddrl.trained_steps(self.sampling_steps)
+    def __init__(self, adapter, rewards, config, lora=None, **kwargs):
+        self.ddrl = config.ddrl
+        super().__init__(adapter, rewards, config, lora=lora, **kwargs)
+        self.sampling_steps = config.rollout.sampling_steps
+        self.trained = config.ddrl.trained_steps(self.sampling_steps)
         self.eta = churn_eta(self.sampling_steps, self.ddrl.s_churn)
 
     @classmethod
-    def training_data(cls, job, adapter, args):
+    def training_data(cls, config, adapter, args):
         """The data items (cached when `[data] cache`) and their collator: their captions are the prompts."""
         from ...diffusion.latent_cache import training_pairs
 
-        return training_pairs(job.data, adapter, args)
+        return training_pairs(config.data, adapter, args)
 
     def edm_levels(self) -> list[float]:
         return edm_levels(self.grid(self.sampling_steps + 1))

@@ -9,7 +9,7 @@ One rollout feeds one or more optimizer steps, told the way TRL's GRPOTrainer te
    returns the next micro-batch, so the Trainer's gradient accumulation covers a whole number of chunks;
 2. `compute_loss` (each algorithm's) trains on one micro-batch.
 Rewards, advantages, evaluation (`RLEvaluation`), the EMA, checkpoints, exports and logging are shared here and in
-`diffusion_base.py`; `run_diffusion_rl` runs any of them (the job's kind names the trainer class).
+`algorithms/diffusion/trainer.py`; `run_diffusion_rl` runs any of them (the job's kind names the trainer class).
 """
 
 from __future__ import annotations
@@ -37,21 +37,21 @@ logger = logging.getLogger(__name__)
 
 class DiffusionRLTrainer(DiffusionTrainer):
     """Rollout -> rewards -> advantages -> micro-batches, on transformers' `Trainer`. Subclasses take the job's
-    config (`job`, a `DiffusionRLJob`) and write `rollout(prompts, metadata, batch)`, `micro_batches(rollout)`
-    (`sample_chunks` cuts the rollout) and `compute_loss`, and may change `advantages(scores)`. The job says
+    config (`config`, a `DiffusionRLJob`) and write `rollout(prompts, metadata, batch)`, `micro_batches(rollout)`
+    (`sample_chunks` cuts the rollout) and `compute_loss`, and may change `advantages(scores)`. The job's config says
     which weight copies are kept (`weight_copies`: its EMA, the KL reference) and how a rollout is cut
     (`rollout_chunks`, `micro_batches_per_update`), for the trainer and `estimate-memory` alike."""
 
     def __init__(
-        self, adapter, rewards: list, job, train_dataset, args, eval_rewards: list | None = None, **kwargs
+        self, adapter, rewards: list, config, train_dataset, args, eval_rewards: list | None = None, **kwargs
     ):
-        updates = job.rollout.updates_per_rollout
-        copies = job.weight_copies()
+        updates = config.rollout.updates_per_rollout
+        copies = config.weight_copies()
         super().__init__(
             adapter,
             train_dataset=RolloutPrompts(train_dataset, args, updates),
             args=args,
-            ema_decay=job.ema_decay(),
+            ema_decay=config.ema_decay(),
             weight_copies=copies,
             **kwargs,
         )
@@ -59,30 +59,30 @@ class DiffusionRLTrainer(DiffusionTrainer):
         self.reference_copy = None
         if "reference" in copies:
             self.reference_copy = self.keep(ParameterCopy(adapter.transformer), "reference")
-        self.chunks = job.rollout_chunks()
-        self.micro_batches_per_rollout = job.micro_batches_per_update() * updates
+        self.chunks = config.rollout_chunks()
+        self.micro_batches_per_rollout = config.micro_batches_per_update() * updates
         self.rewards = rewards
-        self.rollout_config = job.rollout
-        self.group_size = job.rollout.samples_per_prompt
-        self.size = job.sample_size(type(adapter), adapter.default_size())
+        self.rollout_config = config.rollout
+        self.group_size = config.rollout.samples_per_prompt
+        self.size = config.sample_size(type(adapter), adapter.default_size())
         self._grids: dict[int, NoiseGrid] = {}
         self._buffer: list[dict[str, Any]] = []
         self._metrics: dict[str, list[float]] = defaultdict(list)
         with torch.no_grad():
             self.unconditional = adapter.encode_prompts([adapter.negative_prompt])
         self.evaluation = None
-        if job.eval is not None:
-            self.evaluation = RLEvaluation(self, job.eval, eval_rewards or rewards)
+        if config.eval is not None:
+            self.evaluation = RLEvaluation(self, config.eval, eval_rewards or rewards)
             self.add_callback(self.evaluation)
 
     # --- the rollout step ------------------------------------------------------------------------------
 
     @classmethod
-    def training_data(cls, job, adapter, args) -> tuple[Any, Any]:
-        """The dataset and collator a rollout draws its prompts from (`job`: the job's config): the prompt list."""
+    def training_data(cls, config, adapter, args) -> tuple[Any, Any]:
+        """The dataset and collator a rollout draws its prompts from (`config`: the job's config): the prompt list."""
         from ...data import collate_prompts, load_prompt_list
 
-        prompts, report = load_prompt_list(job.data)
+        prompts, report = load_prompt_list(config.data)
         logger.info("training on %d prompts (%d skipped)", report.kept, report.skipped)
         return prompts, collate_prompts
 
@@ -161,7 +161,7 @@ class DiffusionRLTrainer(DiffusionTrainer):
             return self.adapter.encode_prompts(prompts)
 
     def sample_chunks(self, rows: int, keep: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """The rollout's samples (those in `keep`, default all), shuffled, as the job's number of chunks
+        """The rollout's samples (those in `keep`, default all), shuffled, as the config's number of chunks
         (`rollout_chunks`): index tensors, sizes differing by at most one (the references' shuffled split)."""
         kept = torch.arange(rows) if keep is None else keep
         order = kept[torch.randperm(len(kept))]

@@ -34,17 +34,17 @@ logger = logging.getLogger(__name__)
 
 
 class FlowGRPOTrainer(DiffusionRLTrainer):
-    def __init__(self, adapter, rewards, job, lora=None, **kwargs):
-        self.algorithm = job.flow_grpo
+    def __init__(self, adapter, rewards, config, lora=None, **kwargs):
+        self.algorithm = config.flow_grpo
         super().__init__(
             adapter,
             rewards,
-            job,
+            config,
             ema_every=self.algorithm.ema_every,
             lora=lora,
             **kwargs,
         )
-        self.sampling_steps = job.rollout.sampling_steps
+        self.sampling_steps = config.rollout.sampling_steps
 
     def sde_steps(self) -> list[int]:
         """The steps sampled with the SDE in this rollout: all of them, or FlowGRPO-Fast's window, whose start is

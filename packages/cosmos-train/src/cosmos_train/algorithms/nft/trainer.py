@@ -32,13 +32,13 @@ logger = logging.getLogger(__name__)
 
 
 class NFTTrainer(DiffusionRLTrainer):
-    def __init__(self, adapter, rewards, job, lora=None, **kwargs):
-        self.nft = job.nft
-        super().__init__(adapter, rewards, job, lora=lora, **kwargs)
-        self.train_timesteps = job.train_timesteps()
-        self.solver = job.rollout.solver or adapter.rollout_solver
+    def __init__(self, adapter, rewards, config, lora=None, **kwargs):
+        self.nft = config.nft
+        super().__init__(adapter, rewards, config, lora=lora, **kwargs)
+        self.train_timesteps = config.train_timesteps()
+        self.solver = config.rollout.solver or adapter.rollout_solver
         # Once per rollout, after its last optimizer step (steps done is a multiple of the updates per rollout).
-        updates = job.rollout.updates_per_rollout
+        updates = config.rollout.updates_per_rollout
         self.old_policy = self.keep_updated(
             OldPolicy(adapter.transformer, self.nft.decay_type), lambda step: step % updates == 0
         )
