@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -100,18 +101,22 @@ def plot_curves(
 
 def run_job(kind: str, job: Path, label: str) -> list[dict]:
     """Train `job` with the real CLI (`cosmos-train <kind>`) in a child process, its output in `train.log` beside
-    the job; the log history of the checkpoint it saves once, at its end. A failure exits naming `label`."""
+    the job; the log history of the checkpoint it saves once, at its end. A failure exits naming `label`. The child
+    has `benchmarks/` on its PYTHONPATH, so a job names the toy domains' rewards by import path
+    (`"domains.geneval_mini.evaluator:geneval_mini"`)."""
     import os
     import subprocess
     import sys
 
     log = job.parent / "train.log"
+    python_path = os.pathsep.join([str(BENCHMARKS), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": python_path}
     with log.open("w") as sink:
         done = subprocess.run(
             [sys.executable, "-m", "cosmos_train", kind, "-c", str(job)],
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env=os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+            env=env,
         )
     if done.returncode:
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])

@@ -219,8 +219,8 @@ class StepTimer(TrainerCallback):
 
 def trainer_steps(job_path: Path, steps: int, warmup: int) -> dict:
     """The real trainer on `job_path`: steady-state seconds per step after `warmup` steps."""
-    from cosmos_train.jobs import read_job
     from cosmos_train.algorithms.diffusion_sft.trainer import run_diffusion_sft
+    from cosmos_train.jobs import read_job
 
     job = read_job(job_path)
     timer = StepTimer(warmup)
@@ -318,8 +318,8 @@ def main() -> None:
         train = {"max_steps": args.steps + args.warmup}
         # Write the cache once (a one-step run), so every round's trainer and bare loop hit it.
         prime = write_job(scratch / "prime", model_dir, data, True, cache_dir, {"max_steps": 1})
-        from cosmos_train.jobs import read_job
         from cosmos_train.algorithms.diffusion_sft.trainer import run_diffusion_sft
+        from cosmos_train.jobs import read_job
 
         run_diffusion_sft(read_job(prime))
         from diffusers import SD3Transformer2DModel

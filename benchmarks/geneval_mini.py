@@ -3,10 +3,11 @@ on held-out prompts per GenEval task, as the papers report it.
 
 The base (`benchmarks/geneval_mini/base`, 11 MB, hash-checked) is a tiny Stable Diffusion 3 pipeline whose
 transformer `cosmos-train diffusion-sft` trained from scratch on the shapes domain
-(`cosmos_train.geneval_mini.base.build_base`). Each algorithm trains it in full from the same start on the train
-prompts (balanced by task) with the `geneval_mini` reward (partial credit), and `[eval]` scores the held-out
-prompts (8 samples each, GenEval's strict score, no CFG) ten times a run. A vocabulary other than the shipped one
-builds its own base first (about 30 minutes), cached under `benchmarks/results/`.
+(`domains.geneval_mini.base.build_base`). Each algorithm trains it in full from the same start on the train
+prompts (balanced by task) with the `geneval_mini` reward (partial credit; named by import path, `REWARD`), and
+`[eval]` scores the held-out prompts (8 samples each, GenEval's strict score, no CFG) ten times a run. A
+vocabulary other than the shipped one builds its own base first (about 30 minutes), cached under
+`benchmarks/results/`.
 
     python benchmarks/geneval_mini.py [--quick] [--seed N] [--seeds 3] [--colors a,b,...] [--shapes a,b,...]
                                       [--rollouts N] [--out FILE] [--rebuild-base]
@@ -29,11 +30,14 @@ from pathlib import Path
 
 import numpy as np
 from _common import RESULTS, first_reaching, plot_curves, run_job, write_payload
-
-from cosmos_train.geneval_mini import TASKS, Vocabulary, balanced_by_task, write_metadata, write_pairs
-from cosmos_train.geneval_mini.base import build_base, check_base, load_vocabulary
+from domains.geneval_mini import TASKS, Vocabulary, balanced_by_task, write_metadata, write_pairs
+from domains.geneval_mini.base import build_base, check_base, load_vocabulary
 
 SHIPPED = Path(__file__).resolve().parent / "geneval_mini" / "base"
+# The domain's rewards, by import path (`benchmarks/` is on the runs' PYTHONPATH: `_common.run_job`); an evaluation
+# logs each as `eval/<name>`.
+REWARD = "domains.geneval_mini.evaluator:geneval_mini"
+WELL_FORMED = "domains.geneval_mini.evaluator:well_formed_shapes"
 ALGORITHMS = {"nft": "nft", "flow_grpo": "flow-grpo", "ddrl": "ddrl"}
 COLORS = {"nft": "#c83c28", "flow_grpo": "#285ac8", "ddrl": "#28a050"}
 LEARNING_RATE = 1e-4  # 3e-4 (NFT's and FlowGRPO's) wrecked this base's shapes within 25 rollouts
@@ -104,7 +108,7 @@ name_or_path = "{base}"
 
 {data}
 [rewards]
-geneval_mini = {{ weight = 1.0, {vocabulary_keys} }}
+"{REWARD}" = {{ weight = 1.0, {vocabulary_keys} }}
 
 [rollout]
 samples_per_prompt = {SAMPLES_PER_PROMPT}
@@ -123,8 +127,8 @@ samples_per_prompt = 8
 seed = 1000
 
 [eval.rewards]
-geneval_mini = {{ weight = 1.0, strict = true, {vocabulary_keys} }}
-well_formed_shapes = {{ weight = 0.0, {vocabulary_keys} }}
+"{REWARD}" = {{ weight = 1.0, strict = true, {vocabulary_keys} }}
+"{WELL_FORMED}" = {{ weight = 0.0, {vocabulary_keys} }}
 
 [train]
 output_dir = "{work / f"{algorithm}-seed{seed}"}"
@@ -172,7 +176,7 @@ def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: in
                 "seconds": entry["eval/train_seconds"],
                 "overall": statistics.fmean(tasks.values()),
                 "tasks": tasks,
-                "well_formed": entry["eval/well_formed_shapes"],
+                "well_formed": entry[f"eval/{WELL_FORMED}"],
             }
         )
     print(

@@ -18,9 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from _common import RESULTS, write_payload
-
-from cosmos_train.geneval_mini.base import check_base, load_vocabulary
-from cosmos_train.geneval_mini.evaluator import evaluate, task_scores, well_formed_share
+from domains.geneval_mini.base import check_base, load_vocabulary
+from domains.geneval_mini.evaluator import evaluate, task_scores, well_formed_share
 
 BASE = Path(__file__).resolve().parent / "geneval_mini" / "base"
 SAMPLES_PER_PROMPT, STEPS, SEED = 8, 20, 1000  # the benchmark's [eval]

@@ -3,7 +3,7 @@ scored by greedy exact-match on held-out arithmetic problems.
 
 The base (`benchmarks/grpo_math/base`, 3.4 MB, hash-checked) is a tiny Qwen3 that `cosmos-train sft` taught
 two-digit addition from a flawed teacher, who answers in the right format but forgets every carry in 60% of its
-answers (`cosmos_train.arithmetic.base.build_base`): greedy, it gets about a third of the held-out problems right.
+answers (`domains.arithmetic.base.build_base`): greedy, it gets about a third of the held-out problems right.
 Each variant trains it in full from the same start, on the 7,900 train prompts, for the same number of optimizer
 steps, rewarded by `exact_match` on the answer tag; the job's `[eval]` answers the 200 held-out problems greedily
 before training and every `--every` steps.
@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 
 from _common import RESULTS, first_reaching, plot_curves, run_job, write_payload
-
-from cosmos_train.arithmetic.base import build_base, check_base, load_problems
+from domains.arithmetic.base import build_base, check_base, load_problems
 
 SHIPPED = Path(__file__).resolve().parent / "grpo_math" / "base"
 VARIANTS = {

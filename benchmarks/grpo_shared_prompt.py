@@ -25,9 +25,9 @@ import torch
 from _common import median, timed, write_results
 from PIL import Image
 
+from cosmos_train.algorithms.grpo.trainer import build_grpo_trainer
 from cosmos_train.jobs import read_job
 from cosmos_train.tiny_models import save_tiny_vlm
-from cosmos_train.algorithms.grpo.trainer import build_grpo_trainer
 from transformers_cosmos3.testing import Sizes
 
 SIZES = Sizes(

@@ -138,9 +138,9 @@ def trl_dataset():
 
 def our_dataset():
     """The prompts as a cosmos-train job loads them for a text LM (`build_grpo_trainer`)."""
+    from cosmos_train.algorithms.grpo.schema import PromptData
     from cosmos_train.data import to_text_messages
     from cosmos_train.data.chat_prompts import load_prompts
-    from cosmos_train.algorithms.grpo.schema import PromptData
 
     dataset, _ = load_prompts(PromptData(format="jsonl", path=str(PROMPTS)))
     return dataset.map(lambda row: {"prompt": to_text_messages(row["prompt"], row["source"])})
@@ -171,9 +171,9 @@ def build(side: str, model_dir: Path, datasets: dict, output_dir: Path, steps: i
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 
-    from cosmos_train.rewards import checked
     from cosmos_train.algorithms.grpo.schema import GRPORolloutSection
     from cosmos_train.algorithms.grpo.trainer import CosmosGRPOTrainer
+    from cosmos_train.rewards import checked
 
     common = {
         "model": AutoModelForCausalLM.from_pretrained(model_dir),

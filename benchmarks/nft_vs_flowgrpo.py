@@ -86,9 +86,9 @@ UPDATES = {"nft": 1, "flow-grpo": 2}  # optimizer steps per rollout, each refere
 
 
 def run(algorithm: str, model: Path, rollouts: int, seed: int, folder: Path) -> dict:
+    from cosmos_train.algorithms.common import train_and_save
+    from cosmos_train.algorithms.diffusion_rl.trainer import build_diffusion_rl_trainer
     from cosmos_train.jobs import read_job
-    from cosmos_train.trainers.common import train_and_save
-    from cosmos_train.trainers.diffusion_rl import build_diffusion_rl_trainer
 
     job_path = folder / f"{algorithm}-{seed}.toml"
     updates = UPDATES[algorithm]
@@ -175,7 +175,7 @@ def main() -> None:
     options = parser.parse_args()
     torch.set_num_threads(1)
     sys.path.insert(0, str(REPO / "packages" / "cosmos-train" / "src"))
-    from cosmos_train.tiny_pipelines import save_tiny_pipeline
+    from cosmos_train.tiny_models.pipelines import save_tiny_pipeline
 
     results: dict[str, list[dict]] = {"nft": [], "flow-grpo": []}
     with tempfile.TemporaryDirectory() as scratch:

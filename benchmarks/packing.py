@@ -26,8 +26,8 @@ MAX_LENGTH = 1024
 
 
 def train(model_dir: Path, data: Path, folder: Path, packing: bool) -> dict:
-    from cosmos_train.jobs import read_job
     from cosmos_train.algorithms.sft.trainer import run_sft
+    from cosmos_train.jobs import read_job
 
     folder.mkdir()
     job_path = write_job(

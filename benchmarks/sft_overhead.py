@@ -45,8 +45,8 @@ class StepTimer(TrainerCallback):
 
 
 def trainer_steps(model_dir: Path, folder: Path, steps: int, warmup: int) -> dict:
-    from cosmos_train.jobs import read_job
     from cosmos_train.algorithms.sft.trainer import run_sft
+    from cosmos_train.jobs import read_job
 
     job_path = write_job(
         folder,
@@ -75,9 +75,9 @@ def trainer_steps(model_dir: Path, folder: Path, steps: int, warmup: int) -> dic
 def bare_steps(model_dir: Path, steps: int, warmup: int) -> dict:
     from transformers import AutoProcessor
 
+    from cosmos_train.algorithms.sft.schema import ConversationData
     from cosmos_train.data import build_collator, load_conversations
     from cosmos_train.samples import shapes_dir
-    from cosmos_train.algorithms.sft.schema import ConversationData
     from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
     data = ConversationData(

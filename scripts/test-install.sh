@@ -45,7 +45,7 @@ ls "$WORK/from-sdist" | sed 's/^/   /'
 [ "$(ls "$WORK/from-sdist" | wc -l)" -eq "$(ls "$WORK"/dist/*.tar.gz | wc -l)" ]
 ok "a wheel from every sdist"
 
-step "sdists and wheels hold the LICENSE, cosmos-train's the shapes and pairs samples"
+step "sdists and wheels hold the LICENSE, cosmos-train's the shapes and pairs samples and no benchmark domain"
 "$CPU_PY" - "$WORK" <<'PY'
 import sys, tarfile, zipfile
 from pathlib import Path
@@ -61,6 +61,9 @@ for archive in archives:
     if archive.name.startswith("cosmos_train"):
         assert any("_sample_data/shapes/llava.json" in n for n in names), f"{archive.name}: no shapes sample"
         assert any("_sample_data/pairs/0001.png" in n for n in names), f"{archive.name}: no pairs sample"
+        # The benchmarks' domains (GenEval-mini, arithmetic) live beside their benchmarks, not in the wheel.
+        domains = [n for n in names if any(f"cosmos_train/{d}" in n for d in ("geneval_mini", "arithmetic", "checksums"))]
+        assert not domains, f"{archive.name}: ships benchmark domains {domains[:3]}"
     print(f"   {archive.relative_to(work)}: {len(names)} files, LICENSE ok")
 PY
 ok "LICENSE and sample data packaged"

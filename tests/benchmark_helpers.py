@@ -1,9 +1,11 @@
-"""Import a benchmark script (`benchmarks/<name>.py`) as a module, so a test runs its recipe as it ships."""
+"""Import a benchmark script (`benchmarks/<name>.py`) as a module, so a test runs its recipe as it ships.
+
+`benchmarks/` is on every test's `sys.path` (pytest's `pythonpath` in the root pyproject.toml): a script finds its
+`_common`, and tests import the toy domains as the scripts do (`from domains.geneval_mini import ...`)."""
 
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -12,9 +14,5 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 def load_benchmark(name: str):
     spec = importlib.util.spec_from_file_location(f"{name}_benchmark", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(BENCHMARKS))  # for its `_common`
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    spec.loader.exec_module(module)
     return module

@@ -7,7 +7,7 @@ import pytest
 def tiny_pipeline(tmp_path_factory):
     """Tiny diffusers pipelines of cosmos-train's diffusion families, each saved once per session and only
     read by tests: `tiny_pipeline("sd3")` -> its folder."""
-    from cosmos_train.tiny_pipelines import save_tiny_pipeline
+    from cosmos_train.tiny_models.pipelines import save_tiny_pipeline
 
     root, built = tmp_path_factory.mktemp("tiny-pipelines"), {}
 

@@ -9,10 +9,7 @@ import operator
 import re
 
 import pytest
-from grpo_helpers import grpo_job
-from sft_helpers import REPO
-
-from cosmos_train.arithmetic import (
+from domains.arithmetic import (
     Problems,
     flawed_teacher,
     held_out_scores,
@@ -22,10 +19,13 @@ from cosmos_train.arithmetic import (
     without_carries,
     write_conversations,
 )
+from grpo_helpers import grpo_job
+from sft_helpers import REPO
+
+from cosmos_train.algorithms.grpo.trainer import run_grpo
 from cosmos_train.config import ConfigError
 from cosmos_train.jobs import read_job
 from cosmos_train.rewards.text import exact_match_reward, format_reward
-from cosmos_train.trainers.grpo_trainer import run_grpo
 
 BASE = REPO / "benchmarks" / "grpo_math" / "base"
 PYTHON = {"+": operator.add, "-": operator.sub, "*": operator.mul}

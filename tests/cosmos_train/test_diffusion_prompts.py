@@ -15,8 +15,8 @@ import pytest
 from sft_helpers import REPO
 
 from cosmos_train.config import ConfigError, JobSchema, PromptListData, resolve_paths, validate_job
-from cosmos_train.jobs import check_sources
 from cosmos_train.data import DataError, PromptDataset, collate_prompts, load_prompt_list
+from cosmos_train.jobs import check_sources
 
 EXAMPLES = REPO / "examples" / "data" / "prompts"
 
@@ -179,9 +179,7 @@ def test_folder_without_the_split(tmp_path):
 def test_folder_with_two_files_for_the_split_needs_a_format(tmp_path):
     write_lines(tmp_path / "train.txt", ["a plain prompt"])
     write_lines(tmp_path / "train_metadata.jsonl", [APPLES])
-    with pytest.raises(
-        DataError, match=r"both train\.txt and train_metadata\.jsonl hold split 'train'; set"
-    ):
+    with pytest.raises(DataError, match=r"both train\.txt and train_metadata\.jsonl hold split 'train'; set"):
         load(tmp_path)
     assert load(tmp_path, format="txt")[0].prompts == ["a plain prompt"]
     assert load(tmp_path, format="geneval")[0].prompts == ["a photo of three apples"]

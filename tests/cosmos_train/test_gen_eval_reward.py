@@ -20,9 +20,9 @@ from transformers import (
     SwinConfig,
 )
 
-from cosmos_train.geneval_mini.evaluator import Detection
 from cosmos_train.rewards import RewardSpec, build_media_rewards
 from cosmos_train.rewards import gen_eval as ge
+from cosmos_train.rewards.geneval_rules import Detection
 from cosmos_train.rewards.scorers import ScorerLoadError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

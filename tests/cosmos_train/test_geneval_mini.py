@@ -1,6 +1,7 @@
-"""GenEval-mini's domain and evaluator (`cosmos_train.geneval_mini`): GenEval's metadata format and templates,
-held-out splits, the evaluator's validation on ground-truth pictures, GenEval's judging rules case by case, and
-the reward reached by name, by `module:function` and through the real reward service."""
+"""GenEval-mini's domain and evaluator (`benchmarks/domains/geneval_mini`, imported as `domains.geneval_mini`):
+GenEval's metadata format and templates, held-out splits, the evaluator's validation on ground-truth pictures,
+GenEval's judging rules case by case, and the reward reached by `module:function` (it is no built-in) and through
+the real reward service."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ import json
 
 import numpy as np
 import pytest
-
-from cosmos_train.data import load_prompt_list
-from cosmos_train.geneval_mini import (
+from domains.geneval_mini import (
     TASKS,
     Vocabulary,
     all_prompts,
@@ -18,6 +17,7 @@ from cosmos_train.geneval_mini import (
     detect,
     evaluate,
     geneval_mini,
+    judge,
     relative_position,
     render,
     split_prompts,
@@ -26,8 +26,17 @@ from cosmos_train.geneval_mini import (
     write_metadata,
     write_pairs,
 )
-from cosmos_train.geneval_mini.domain import PlacedObject, draw
-from cosmos_train.rewards import RewardSpec, build_media_rewards
+from domains.geneval_mini.domain import PlacedObject, draw
+
+from cosmos_train.data import load_prompt_list
+from cosmos_train.rewards import (
+    MEDIA_BUILTINS,
+    RewardSpec,
+    build_media_rewards,
+    check_reward,
+    gen_eval,
+    geneval_rules,
+)
 
 DEFAULT = Vocabulary()
 # A vocabulary nothing was tuned on: other colours, two other shapes, a larger picture.
@@ -127,6 +136,9 @@ def test_training_gives_every_task_the_same_share_of_prompts():
 
 
 def test_relative_position_is_genevals_rule():
+    # The domain and its evaluator judge by the rules the `gen_eval` reward uses: one copy, in cosmos-train.
+    assert relative_position is geneval_rules.relative_position and judge is geneval_rules.judge
+    assert TASKS == geneval_rules.TASKS == gen_eval.TAGS
     box = (10, 10, 20, 20)
     assert relative_position((0, 10, 8, 20), box) == {"left of"}
     assert relative_position((22, 10, 30, 20), box) == {"right of"}
@@ -187,7 +199,7 @@ def test_a_smeared_region_is_malformed_and_counts_as_no_object():
     assert well_formed_shapes(np.stack([clean, image])) == [1.0, 0.0]
 
 
-def test_the_reward_by_name_by_import_path_and_through_the_service():
+def test_the_reward_by_import_path_and_through_the_service():
     from cosmos_train.rewards.remote import RemoteRewardClient
     from cosmos_train.service.app import ENQUEUE_PATH, PULL_PATH, ServiceSettings, serving
 
@@ -203,21 +215,26 @@ def test_the_reward_by_name_by_import_path_and_through_the_service():
     ]
     assert expected[: len(records)] == [1.0] * len(records) and min(expected[len(records) :]) < 1.0
 
-    (by_name,) = build_media_rewards([RewardSpec("geneval_mini", 1.0, {"colors": list(DEFAULT.colors)})])
+    # Not a built-in of cosmos-train: a job names it by import path, as any reward of its own.
+    assert "geneval_mini" not in MEDIA_BUILTINS and "well_formed_shapes" not in MEDIA_BUILTINS
+    with pytest.raises(ValueError, match="unknown reward 'geneval_mini'"):
+        check_reward("geneval_mini", media=True)
     (by_path,) = build_media_rewards(
-        [RewardSpec("cosmos_train.geneval_mini:geneval_mini", 1.0, {"strict": True})]
+        [RewardSpec("domains.geneval_mini.evaluator:geneval_mini", 1.0, {"colors": list(DEFAULT.colors)})]
     )
-    assert by_name(media, prompts, metadata) == pytest.approx(expected)
-    assert by_path(media, prompts, metadata) == [float(s == 1.0) for s in expected]
+    (strict,) = build_media_rewards([RewardSpec("domains.geneval_mini:geneval_mini", 1.0, {"strict": True})])
+    assert by_path(media, prompts, metadata) == pytest.approx(expected)
+    assert strict(media, prompts, metadata) == [float(s == 1.0) for s in expected]
     with pytest.raises(ValueError, match="needs each prompt's GenEval record"):
         geneval_mini(media, prompts, None)
 
     settings = ServiceSettings(
         token="t0k3n", max_body_bytes=1 << 20, max_batch=64, max_queue=4, result_ttl=30.0
     )
-    with serving(settings, {"geneval_mini": by_name}) as base:
+    # Hosted as `reward-serve --rewards-config` hosts a `module:function`: under its import path.
+    with serving(settings, {by_path.name: by_path}) as base:
         client = RemoteRewardClient(base + ENQUEUE_PATH, base + PULL_PATH, token="t0k3n", timeout=5.0)
-        assert client.score("geneval_mini", prompts, media, metadata=metadata) == pytest.approx(expected)
+        assert client.score(by_path.name, prompts, media, metadata=metadata) == pytest.approx(expected)
 
 
 def test_pairs_for_sft_are_pictures_of_their_captions(tmp_path):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from benchmark_helpers import load_benchmark
+from domains.geneval_mini import TASKS
+from domains.geneval_mini.base import check_base, load_vocabulary
 
-from cosmos_train.geneval_mini import TASKS
-from cosmos_train.geneval_mini.base import check_base, load_vocabulary
 from cosmos_train.jobs import read_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_the_benchmark_recipe_scores_each_task_from_the_base(tmp_path):
     updates = benchmark.UPDATES_PER_ROLLOUT
     assert [entry["step"] for entry in evaluations] == [0, ROLLOUTS * updates]
     assert all(f"eval/reward/{task}" in evaluations[0] for task in TASKS)
-    assert all(0.0 <= entry["eval/well_formed_shapes"] <= 1.0 for entry in evaluations)
+    assert all(0.0 <= entry[f"eval/{benchmark.WELL_FORMED}"] <= 1.0 for entry in evaluations)
     scores = held_out(trainer.state.log_history)
     assert abs(scores[0] - BASE_HELD_OUT) <= 0.02, scores
 

@@ -1,5 +1,5 @@
 """GRPO improves a model our own SFT taught, on problems with one right answer (`benchmarks/grpo_math.py`): from the
-shipped SFT base (a flawed teacher's student, see `cosmos_train.arithmetic.base`), the benchmark's GRPO recipe
+shipped SFT base (a flawed teacher's student, see `benchmarks/domains/arithmetic/base.py`), the benchmark's GRPO recipe
 raises greedy exact-match on the held-out problems by more than three times its run-to-run spread.
 
 The figures are the benchmark's (docs/grpo-math.md): the base answers BASE_ACCURACY of the 200 held-out problems,
@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 from benchmark_helpers import load_benchmark
-
-from cosmos_train.arithmetic.base import check_base
+from domains.arithmetic.base import check_base
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "benchmarks" / "grpo_math" / "base"

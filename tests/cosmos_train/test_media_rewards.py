@@ -105,8 +105,6 @@ def test_media_rewards_are_registered_apart_from_text_rewards():
         "aesthetic",
         "cosmos_reason1",
         "gen_eval",
-        "geneval_mini",
-        "well_formed_shapes",
     } == set(MEDIA_BUILTINS)
     check_reward("color_target", {"target": [0, 0, 255]}, media=True)
     with pytest.raises(ValueError, match=r"color_target: unknown parameter 'targt' \(it takes: target\)"):

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import requests
 import torch
+from domains.geneval_mini import Vocabulary, geneval_mini, render, split_prompts
 
-from cosmos_train.geneval_mini import Vocabulary, render, split_prompts
 from cosmos_train.rewards import MediaReward, RewardSpec, build_media_rewards
 from cosmos_train.rewards.ocr import ocr
 from cosmos_train.service.app import ENQUEUE_PATH, PING_PATH, PULL_PATH, ServiceSettings, serving
@@ -35,7 +35,7 @@ LATENT_SHAPE = (2, 16, 2, 4, 4)  # B x C x T x H x W: Wan2.1's 16 channels; deco
 @pytest.fixture(scope="module")
 def wan_vae_folder(tmp_path_factory):
     """A tiny random Wan2.1 VAE, saved and loaded back through `from_pretrained` (as a hub id's folder would be)."""
-    from cosmos_train.tiny_pipelines import _wan_vae
+    from cosmos_train.tiny_models.pipelines import _wan_vae
 
     folder = tmp_path_factory.mktemp("wan_vae")
     _wan_vae(seed=0).save_pretrained(folder)
@@ -48,10 +48,12 @@ def service(wan_vae_folder):
         [
             RewardSpec("brightness", 1.0, {}),
             RewardSpec("color_target", 1.0, {"target": [255, 0, 0]}),
-            RewardSpec("geneval_mini", 1.0, {}),
         ]
     )
     hosted = {reward.name: reward for reward in rewards}
+    hosted["geneval_mini"] = MediaReward(
+        "geneval_mini", 1.0, geneval_mini
+    )  # a GenEval reward (benchmarks/domains)
     hosted["ocr"] = MediaReward("ocr", 1.0, functools.partial(ocr, engine=lambda image: "hello"))
     hosted["fails"] = MediaReward("fails", 1.0, lambda media, prompts, metadata: 1 / 0)
     hosted["several"] = MediaReward("several", 1.0, several_keys)
@@ -248,7 +250,7 @@ def test_the_world_model_trainers_request_is_decoded_and_judged_by_cosmos_reason
     """cosmos-rl's world-model trainer: float32 Wan latents, no media_type, `video_infos` with the fps, scored by the
     `cosmos_reason1` critic (a tiny random Qwen2.5-VL here) on the decoded frames; its keys as the reference's."""
     from cosmos_train.rewards.cosmos_reason1 import cosmos_reason1
-    from cosmos_train.testing import save_tiny_vlm
+    from cosmos_train.tiny_models import save_tiny_vlm
 
     critic = str(save_tiny_vlm(tmp_path / "critic", family="qwen2_5_vl"))
     (reward,) = build_media_rewards([RewardSpec("cosmos_reason1", 1.0, {"model": critic})])

@@ -12,10 +12,10 @@ import pytest
 import torch
 from diffusion_rl_helpers import PROMPTS, write_rl_job
 
+from cosmos_train.diffusion.media_io import write_samples
 from cosmos_train.jobs import read_job
 from cosmos_train.rewards import build_media_rewards
 from cosmos_train.rewards.specs import RewardSpec
-from cosmos_train.trainers.diffusion_rl import write_eval_samples
 
 tiny = diffusion_rl_helpers.tiny  # fixtures
 _one_thread = diffusion_rl_helpers._one_thread
@@ -58,7 +58,7 @@ def test_video_evaluations_are_mp4s(tmp_path):
 
     frames = np.zeros((2, 5, 16, 16, 3), dtype=np.uint8)
     frames[1] += 200
-    write_eval_samples(tmp_path, ["a", "b"], list(frames), [{"reward": 0.0}, {"reward": 1.0}], fps=8)
+    write_samples(tmp_path, frames, [{"prompt": "a", "reward": 0.0}, {"prompt": "b", "reward": 1.0}], fps=8)
     for index in range(2):
         with av.open(str(tmp_path / f"{index:03d}.mp4")) as container:
             decoded = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
@@ -68,14 +68,16 @@ def test_video_evaluations_are_mp4s(tmp_path):
 
 def test_geneval_evaluation_per_task_with_its_own_rewards(tmp_path, tiny):
     """`[eval]` with GenEval records: `samples_per_prompt` samples each, scored by `[eval.rewards]` (not the job's),
-    a mean per task (`eval/reward/<tag>`), and the training seconds so far."""
-    from cosmos_train.geneval_mini import Vocabulary, all_prompts, write_metadata
+    a mean per task (`eval/reward/<tag>`), and the training seconds so far. GenEval-mini's reward, by import path
+    (`benchmarks/` is on the tests' sys.path)."""
+    from domains.geneval_mini import Vocabulary, all_prompts, write_metadata
 
+    geneval = "domains.geneval_mini.evaluator:geneval_mini"
     records = [r for r in all_prompts(Vocabulary()) if r["tag"] in ("counting", "colors")][::3]
     held_out = write_metadata(tmp_path / "test_metadata.jsonl", records)
     extra = (
         f'\n[eval]\npath = "{held_out}"\nevery = 2\nsampling_steps = 2\nsamples_per_prompt = 2\n'
-        "[eval.rewards]\ngeneval_mini = { weight = 1.0, strict = true }\nbrightness = 0.5\n"
+        f'[eval.rewards]\n"{geneval}" = {{ weight = 1.0, strict = true }}\nbrightness = 0.5\n'
     )
     trainer = read_job(
         write_rl_job(tmp_path, tiny("sd3"), kind="nft", train={"max_steps": 2}, extra=extra)
@@ -86,11 +88,11 @@ def test_geneval_evaluation_per_task_with_its_own_rewards(tmp_path, tiny):
     assert [e["step"] for e in trainer.state.log_history if "rewards/brightness" in e] == [1, 2]
     last = evaluations[-1]
     assert last["eval/reward"] == pytest.approx(
-        np.mean([s["geneval_mini"] + 0.5 * s["brightness"] for s in _samples(tmp_path, 2)])
+        np.mean([s[geneval] + 0.5 * s["brightness"] for s in _samples(tmp_path, 2)])
     )
     samples = _samples(tmp_path, 2)
     assert [s["prompt"] for s in samples] == [r["prompt"] for r in records for _ in range(2)]
-    assert {s["geneval_mini"] for s in samples} <= {0.0, 1.0}  # strict: GenEval's score
+    assert {s[geneval] for s in samples} <= {0.0, 1.0}  # strict: GenEval's score
     for tag in ("counting", "colors"):
         assert last[f"eval/reward/{tag}"] == pytest.approx(
             np.mean([s["reward"] for s in samples if s["tag"] == tag])

@@ -27,7 +27,7 @@ from grpo_helpers import grpo_job
 from safetensors.torch import load_file
 from sft_helpers import REPO, SHAPES, cli
 
-from cosmos_train import testing as tiny
+from cosmos_train import tiny_models as tiny
 from cosmos_train.checkpoints import is_complete
 
 # Subprocess runs on one thread: two threads per process spin against each other on a busy 2-core machine.

@@ -10,7 +10,7 @@ the one trainers use):
 
 - `gen_eval_score`: partial credit per sample (`partial_score`), the mean of per-requirement parts; it can go
   below 0 when far too many objects are found.
-- `gen_eval_reward`: 1.0 / 0.0 by GenEval's own rule (`geneval_mini.evaluator.judge`): at least `count` objects
+- `gen_eval_reward`: 1.0 / 0.0 by GenEval's own rule (`geneval_rules.judge`): at least `count` objects
   of each class, the `count` most confident of the asked colour and in the asked position; 0.0 for every sample
   when `only_strict`.
 - `gen_eval_strict`: 1.0 / 0.0: every count, colour count and position exactly as asked.
@@ -52,15 +52,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import first_line
-from ..geneval_mini.domain import relative_position
-from ..geneval_mini.evaluator import Detection, judge
+from .geneval_rules import TASKS, Detection, judge, relative_position
 from .media import _rgb, check_media
 from .scorers import ScorerLoadError, load_clip
 
 DEFAULT_DETECTOR = "facebook/mask2former-swin-small-coco-instance"
 DEFAULT_CLIP = "openai/clip-vit-large-patch14"
 
-TAGS = ("single_object", "two_object", "counting", "colors", "position", "color_attr")
+TAGS = TASKS  # GenEval's six task tags
 COLORS = ("red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white")
 COLOR_TEMPLATES = (
     "a photo of a {color} {name}",

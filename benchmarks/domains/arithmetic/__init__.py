@@ -1,6 +1,6 @@
 """Arithmetic with one right answer: the task on which `cosmos-train sft` teaches a tiny Qwen3 and GRPO improves it.
 
-    from cosmos_train.arithmetic import Problems, split_problems, write_conversations, held_out_scores
+    from domains.arithmetic import Problems, split_problems, write_conversations, held_out_scores
 
 `benchmarks/grpo_math.py` runs the experiment: GRPO, DAPO, Dr. GRPO and GSPO from the same SFT base, scored by
 greedy exact-match on held-out problems.

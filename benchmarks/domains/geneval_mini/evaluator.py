@@ -10,42 +10,34 @@ it; each colour's connected regions (4-connected, at least `min_area` pixels) ar
 region's shape is the vocabulary shape whose filled template, drawn in the region's bounding box, overlaps it
 best (intersection over union); under `min_iou` the region is malformed and counts as no object.
 
-Judging follows GenEval's `evaluate`: for each `include`, the `count` most confident objects of the class must
-exist; with a `color`, that many of them must have it; with a `position`, each must stand in that relation
-(`relative_position`, GenEval's rule with its 0.1 threshold) to every object of the group it names; each
-`exclude` caps a class's count. `correct` is GenEval's score; `score` is the share of requirements met (the
-partial credit a reward gives; Flow-GRPO's GenEval reward gives one too).
+Judging follows GenEval's `evaluate`, by the rules the `gen_eval` reward shares (`cosmos_train.rewards.geneval_rules`:
+`judge`, `relative_position` with GenEval's 0.1 threshold): for each `include`, the `count` most confident objects
+of the class must exist; with a `color`, that many of them must have it; with a `position`, each must stand in that
+relation to every object of the group it names; each `exclude` caps a class's count. `correct` is GenEval's score;
+`score` is the share of requirements met (the partial credit a reward gives; Flow-GRPO's GenEval reward gives one
+too).
+
+The rewards are reached as any user reward, by import path, with `benchmarks/` on `sys.path`:
+
+    [rewards]
+    "domains.geneval_mini.evaluator:geneval_mini" = { weight = 1.0, strict = true }
+    "domains.geneval_mini.evaluator:well_formed_shapes" = 0.0
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .domain import BACKGROUND, NAMED_COLORS, SHAPES, TASKS, Vocabulary, relative_position, shape_mask
+from cosmos_train.rewards.geneval_rules import Detection, Verdict, judge
+from cosmos_train.rewards.media import per_clip
+
+from .domain import BACKGROUND, NAMED_COLORS, SHAPES, TASKS, Vocabulary, shape_mask
 
 DEFAULT_TOLERANCE = 90.0  # RGB distance: half the gap between the closest named colours, roughly
 DEFAULT_MIN_IOU = 0.6  # below it a region is malformed; the shape is the best match (a circle in a square's box scores pi / 4)
-
-
-@dataclass(frozen=True)
-class Detection:
-    shape: str | None  # None: a region that matches no shape well (malformed)
-    color: str
-    box: tuple[int, int, int, int]  # x0, y0, x1, y1 (exclusive)
-    area: int
-    iou: float  # overlap with the best shape's template: the detector's confidence
-
-
-@dataclass
-class Verdict:
-    correct: bool
-    score: float
-    reasons: list[str] = field(default_factory=list)
 
 
 def segment_colors(
@@ -112,43 +104,6 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
     return float((a & b).sum() / max(1, (a | b).sum()))
 
 
-def judge(objects: dict[str, list[Detection]], record: dict[str, Any]) -> Verdict:
-    """GenEval's decision for detected `objects` against a record, with the share of requirements met."""
-    reasons: list[str] = []
-    groups: list[list[Detection] | None] = []
-    met = 0
-    for request in record.get("include", []):
-        name, count = request["class"], request["count"]
-        found = objects.get(name, [])[:count]
-        matched = len(found) >= count
-        if not matched:
-            reasons.append(f"expected {name}>={count}, found {len(found)}")
-        elif "color" in request:
-            have = sum(obj.color == request["color"] for obj in found)
-            if have < count:
-                matched = False
-                reasons.append(f"expected {request['color']} {name}>={count}, found {have}")
-        if matched and "position" in request:
-            relation, target = request["position"]
-            targets = groups[target] if target < len(groups) else None
-            if targets is None:
-                matched = False
-                reasons.append(f"no target for {name} to be {relation}")
-            elif not all(relation in relative_position(a.box, b.box) for a in found for b in targets):
-                matched = False
-                reasons.append(f"expected {name} {relation} target")
-        groups.append(found if matched else None)
-        met += matched
-    for request in record.get("exclude", []):
-        name, count = request["class"], request["count"]
-        if len(objects.get(name, [])) >= count:
-            reasons.append(f"expected {name}<{count}, found {len(objects[name])}")
-        else:
-            met += 1
-    total = len(record.get("include", [])) + len(record.get("exclude", []))
-    return Verdict(correct=not reasons, score=met / total if total else 1.0, reasons=reasons)
-
-
 def evaluate(
     image: np.ndarray,
     record: dict[str, Any],
@@ -185,20 +140,7 @@ def task_scores(correct: Sequence[float], tags: Sequence[str]) -> dict[str, floa
     return {"overall": float(np.mean(list(per_task.values()))) if per_task else 0.0, **per_task}
 
 
-def _per_clip(image_reward):
-    """`rewards.media.per_clip` (checks the media; a video scores the mean of its frames), imported at call time:
-    the rewards package registers these functions, so it cannot be imported while this module loads."""
-
-    @functools.wraps(image_reward)  # keeps the signature: the registry reads the parameters from it
-    def reward(media, prompts=(), metadata=None, **params):
-        from ..rewards.media import per_clip
-
-        return per_clip(image_reward)(media, prompts, metadata, **params)
-
-    return reward
-
-
-@_per_clip
+@per_clip
 def geneval_mini(
     media: np.ndarray,
     prompts: Sequence[str] = (),
@@ -225,7 +167,7 @@ def geneval_mini(
     return [float(v.correct) if strict else v.score for v in verdicts]
 
 
-@_per_clip
+@per_clip
 def well_formed_shapes(
     media: np.ndarray,
     prompts: Sequence[str] = (),

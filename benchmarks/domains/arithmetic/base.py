@@ -28,7 +28,9 @@ MODEL_SIZES = {"hidden": 128, "head_dim": 32, "heads": 4, "kv_heads": 2, "layers
 
 
 def sft_job(seed: int, steps: int, learning_rate: float) -> str:
-    """The `cosmos-train sft` job that teaches the base (paths relative to the job file)."""
+    """The `cosmos-train sft` job that teaches the base (paths relative to the job file). The base ships it
+    (`sft.toml`, in its `SHA256SUMS`), so its text stays as the shipped base was built with, its first line's
+    old module path included: a rebuild stays bit-equal."""
     return f"""\
 # Teaches the arithmetic base model (written by cosmos_train.arithmetic.base.build_base).
 kind = "sft"
@@ -70,9 +72,8 @@ def build_base(
     """Build the base model into `output` (with `data/{train,test}.jsonl`, the right answers, `sft.toml`,
     `problems.json`, `build.json` and `SHA256SUMS`). SFT sees the first `sft_problems` train problems (all by
     default), a share `slip` of them answered without carries. `work` keeps the untrained model and the SFT run (default: `output` + `.work`)."""
+    from cosmos_train.tiny_models import save_tiny_text_lm
     from transformers_cosmos3.testing import Sizes
-
-    from ..testing import save_tiny_text_lm
 
     problems = problems or Problems()
     output, started = Path(output), time.perf_counter()

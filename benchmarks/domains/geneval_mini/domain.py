@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-TASKS = ("single_object", "two_object", "counting", "colors", "position", "color_attr")
-RELATIONS = ("left of", "right of", "above", "below")
+# GenEval's task tags, relations and position rule (shared with the `gen_eval` reward).
+from cosmos_train.rewards.geneval_rules import RELATIONS, TASKS, relative_position
+
 NUMBERS = {2: "two", 3: "three", 4: "four"}
 
 # Well separated in RGB, so that a pixel's nearest named colour is unambiguous; none is the white background.
@@ -230,29 +231,6 @@ class PlacedObject:
     def center(self) -> np.ndarray:
         x0, y0, x1, y1 = self.box
         return np.array([(x0 + x1 - 1) / 2, (y0 + y1 - 1) / 2])
-
-
-def relative_position(box_a: Sequence[float], box_b: Sequence[float], threshold: float = 0.1) -> set[str]:
-    """Where box A lies relative to box B (x0, y0, x1, y1), as GenEval decides it: the centre offset, shrunk by
-    `threshold` times the two boxes' summed sizes, then its direction: left of / right of / above / below."""
-    boxes = np.array([box_a, box_b], dtype=float).reshape(2, 2, 2)
-    center_a, center_b = boxes.mean(axis=-2)
-    dim_a, dim_b = np.abs(np.diff(boxes, axis=-2))[..., 0, :]
-    offset = center_a - center_b
-    revised = np.maximum(np.abs(offset) - threshold * (dim_a + dim_b), 0) * np.sign(offset)
-    if np.all(np.abs(revised) < 1e-3):
-        return set()
-    dx, dy = revised / np.linalg.norm(offset)
-    relations = set()
-    if dx < -0.5:
-        relations.add("left of")
-    if dx > 0.5:
-        relations.add("right of")
-    if dy < -0.5:
-        relations.add("above")
-    if dy > 0.5:
-        relations.add("below")
-    return relations
 
 
 def _objects_of(record: dict[str, Any], vocabulary: Vocabulary, rng: np.random.Generator) -> list[tuple]:

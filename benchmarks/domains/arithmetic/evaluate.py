@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ..rewards.text import exact_match_reward, format_reward
+from cosmos_train.rewards.text import exact_match_reward, format_reward
+
 from .domain import ANSWER_TAG
 
 

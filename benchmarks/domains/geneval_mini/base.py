@@ -72,7 +72,7 @@ def untrained_pipeline(vocabulary: Vocabulary, vae, seed: int = 0):
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import T5Config, T5EncoderModel
 
-    from ..tiny_pipelines import clip_text_encoder
+    from cosmos_train.tiny_models.pipelines import clip_text_encoder
 
     tokenizer = word_tokenizer(vocabulary)
 
@@ -163,7 +163,7 @@ def train_vae(vocabulary: Vocabulary, records: list[dict], seed: int = 0, steps:
 def sft_job(vocabulary: Vocabulary, seed: int, steps: int) -> str:
     """The `cosmos-train diffusion-sft` job that teaches the transformer (paths relative to the job file)."""
     return f"""\
-# Teaches the GenEval-mini base model (written by cosmos_train.geneval_mini.base.build_base).
+# Teaches the GenEval-mini base model (written by domains.geneval_mini.base.build_base).
 kind = "diffusion-sft"
 
 [model]

@@ -1,10 +1,12 @@
 """GenEval in miniature: a procedural domain of coloured shapes captioned with GenEval's six task templates,
-and an evaluator that judges pictures the way GenEval does, usable as the `geneval_mini` reward.
+and an evaluator that judges pictures the way GenEval does, usable as a reward by import path
+(`"domains.geneval_mini.evaluator:geneval_mini"`, with `benchmarks/` on `sys.path`).
 
-    from cosmos_train.geneval_mini import Vocabulary, split_prompts, render, evaluate, task_scores
+    from domains.geneval_mini import Vocabulary, split_prompts, render, evaluate, task_scores
 
 `benchmarks/geneval_mini.py` runs the experiment: a base model taught by `cosmos-train diffusion-sft`, then
-DiffusionNFT, FlowGRPO and DDRL from it, scored on held-out prompts.
+DiffusionNFT, FlowGRPO and DDRL from it, scored on held-out prompts. Not part of the cosmos-train package: GenEval's
+judging rules, which the `gen_eval` reward shares, are (`cosmos_train.rewards.geneval_rules`).
 """
 
 from .domain import (
