@@ -14,8 +14,7 @@ from diffusion_rl_helpers import PROMPTS, write_rl_job
 
 from cosmos_train.diffusion.media_io import write_samples
 from cosmos_train.jobs import read_job
-from cosmos_train.rewards import build_media_rewards
-from cosmos_train.rewards.specs import RewardSpec
+from cosmos_train.rewards import RewardSpec, build_media_rewards
 
 tiny = diffusion_rl_helpers.tiny  # fixtures
 _one_thread = diffusion_rl_helpers._one_thread

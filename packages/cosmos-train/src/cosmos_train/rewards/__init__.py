@@ -25,6 +25,7 @@ The modules: `registry` (the built-ins, the checks and the builders), `specs` (t
 `cosmos_reason1` (rewards with models), `geneval_rules` (GenEval's judging rules), `remote` (the service's client).
 """
 
+from ..config.rewards import RewardEntry, RewardSpec, RewardTable, entry_parameters, reward_specs
 from .registry import (
     BUILTINS,
     MEDIA_BUILTINS,
@@ -42,7 +43,6 @@ from .registry import (
     remote_score_key,
 )
 from .remote import RemoteMediaReward, RemoteRewardClient, RemoteRewardError, RemoteTextReward
-from .specs import RewardEntry, RewardSpec, RewardTable, entry_parameters, reward_specs
 from .text import (
     REFERENCE_COLUMN,
     completion_text,

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import first_line
+from ..config.rewards import RewardSpec, RewardTable, entry_parameters
+from ..errors import RewardError, first_line
 from ..references import BadReferenceError, is_reference, load_reference
 from . import media as _media
 from .cosmos_reason1 import cosmos_reason1 as _cosmos_reason1
@@ -31,7 +32,6 @@ from .ocr import ocr as _ocr
 from .remote import RemoteMediaReward, RemoteRewardClient, RemoteRewardError, RemoteTextReward
 from .scorers import SCORERS as _SCORERS
 from .scorers import preload as _preload_scorer
-from .specs import RewardSpec, RewardTable, entry_parameters
 from .text import (
     REFERENCE_COLUMN,
     completion_text,
@@ -41,10 +41,6 @@ from .text import (
     length_reward,
     single_choice_reward,
 )
-
-
-class RewardError(RuntimeError):
-    """A reward function failed or returned NaN during a run; the message names it and the completion."""
 
 
 @dataclass(frozen=True)

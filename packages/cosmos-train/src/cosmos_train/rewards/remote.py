@@ -37,14 +37,10 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..errors import first_line
+from ..errors import RemoteRewardError, first_line
 
 ENV_PREFIXES = ("REMOTE_REWARD_", "WFM_REWARD_")  # the first wins; some cosmos-rl versions use WFM_REWARD_*
 REPLICA_HEADER = "X-Lepton-Replica-Target"  # routes a pull to the replica named by the enqueue's `replica_id`
-
-
-class RemoteRewardError(RuntimeError):
-    """The reward service refused a request, lost a result or could not be reached."""
 
 
 class ResultLost(RemoteRewardError):

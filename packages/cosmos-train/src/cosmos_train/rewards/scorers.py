@@ -27,13 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import ScorerLoadError
 from .media import _rgb, per_clip
 
 _LOCK = threading.Lock()  # loads happen once even when two service workers ask at the same time
-
-
-class ScorerLoadError(RuntimeError):
-    """A scorer's model, processor or head could not be loaded; the message names which and where."""
 
 
 @functools.cache
