@@ -14,6 +14,7 @@ from transformers import TrainingArguments
 from typer.testing import CliRunner
 
 from cosmos_train import config as job_config
+from cosmos_train import tiny_models as tiny
 from cosmos_train.cli import app
 from cosmos_train.config import ConfigError, JobPath, JobSchema, ModelSection, Section, trainer_section
 from cosmos_train.jobs import read_job
@@ -53,6 +54,32 @@ def _write(tmp_path: Path, text: str, name: str = "job.toml") -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
+
+
+READ_ONLY = r"""
+import sys
+import torch.distributed as dist
+from transformers.integrations import is_deepspeed_zero3_enabled
+from cosmos_train.jobs import read_job
+from cosmos_train import memory
+
+job = read_job(sys.argv[1])
+read, backend = memory.read_job(sys.argv[1])
+estimate = memory.estimate(read, 2, backend)
+print("STATE", is_deepspeed_zero3_enabled(), dist.is_initialized(), job.settings.deepspeed, job.config.launch.backend)
+"""
+
+
+def test_reading_a_zero3_job_sets_no_process_wide_state(tmp_path):
+    """Reading a ZeRO-3 job (and estimating its memory) leaves transformers' DeepSpeed config and torch's process
+    group alone: the trainer config with the backend's settings (`Job.args`) is built when a run asks for it."""
+    text = GOOD.replace('backend = "zero2"', 'backend = "zero3"').replace('freeze = ["vision"]\n', "")
+    path = _write(tmp_path, 'kind = "sft"\n' + text)
+    tiny.save_tiny_text_lm(tmp_path / "model")
+    result = subprocess.run([sys.executable, "-c", READ_ONLY, str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    state = next(line for line in result.stdout.splitlines() if line.startswith("STATE"))
+    assert state == "STATE False False None zero3", state
 
 
 def _error(tmp_path, text, overrides=None, kind="sft") -> str:

@@ -1,6 +1,6 @@
 """Flow-matching SFT of a diffusers pipeline's transformer, on transformers' `Trainer`.
 
-The story of a run (`run_diffusion_sft`), once `read_job` has validated the job (`diffusion_config.py`):
+The story of a run (`run_diffusion_sft`), once `read_job` has validated the job (`schema.py`):
 1. load the pipeline and its family's adapter; add a LoRA or train the whole transformer;
 2. load the image/video + caption pairs, and optionally cache their latents and text embeddings;
 3. each step (`compute_loss`): encode what is not cached, drop captions for CFG, draw noise levels from

@@ -1,7 +1,7 @@
 """GRPO on TRL's `GRPOTrainer`, for text LMs, VLMs and the Cosmos3 reasoner, with video prompts.
 
 The story of a run (`run_grpo`), once `read_job` has validated the job and built its `GRPOConfig`
-(`grpo_config.py`):
+(`schema.py`):
 1. build the rewards, so that a bad reward or a reward service that is down fails before any model loads;
 2. load the model and the prompts;
 3. hand them to TRL, which samples `num_generations` completions per prompt, scores them and updates;

@@ -2,7 +2,7 @@
 
 `[rollout]` sets the sampling (K samples per prompt, steps, solver, size); `[nft]` the algorithm's own values,
 with the defaults of the official code (NVlabs/DiffusionNFT `config/nft.py`; `docs/diffusion-algorithms.md`). One
-rollout feeds `[rollout] updates_per_rollout` optimizer steps (1, as the reference; `diffusion_rl_config.py`).
+rollout feeds `[rollout] updates_per_rollout` optimizer steps (1, as the reference; `diffusion_rl/schema.py`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Supervised fine-tuning on TRL's `SFTTrainer`, for the Cosmos3 reasoner, VLMs and text LMs.
 
 The story of a run (`run_sft`), once `read_job` has validated the job and built its `SFTConfig`
-(`sft_config.py`):
+(`schema.py`):
 1. load the model (any Cosmos3 checkpoint layout, any supported family) and freeze what is asked;
 2. load and validate the conversations;
 3. hand them to TRL: VLM batches through our collator (media decoding, assistant masks), text
