@@ -222,6 +222,31 @@ def test_missing_score_key_and_bad_requests_fail_loudly_in_the_client(url):
         client_for(url).score("brightness", ["a", "b"], IMAGES)
 
 
+def test_a_bad_media_shape_is_refused_as_sent(url):
+    """The refusal names the array as the client sent it (dtype, shape, media_type, video_layout) and what is
+    accepted, never the transposed array it was read as."""
+    answer = enqueue(url, image_header(size=1), np.zeros((1, 8, 8, 5), np.uint8))
+    assert answer.status_code == 422
+    assert answer.json()["detail"] == (
+        "media sent as uint8 (1, 8, 8, 5) (media_type 'image'): an image is B x H x W x C or B x C x H x W, "
+        "uint8 (or float16/float32 pixels with media_type 'image'), C = 1, 3 or 4, no empty axis"
+    )
+    answer = enqueue(
+        url,
+        image_header(size=1, media_type="video", video_layout="BTHWC"),
+        np.zeros((1, 2, 8, 8, 5), np.uint8),
+    )
+    assert answer.status_code == 422
+    assert answer.json()["detail"].startswith(
+        "media sent as uint8 (1, 2, 8, 8, 5) (media_type 'video', video_layout 'BTHWC'): a video is uint8 "
+        "B x T x H x W x C or B x C x T x H x W"
+    )
+    answer = enqueue(url, image_header(size=1, media_type=None), np.zeros((1, 8, 3), np.uint8))
+    assert answer.json()["detail"].startswith(
+        "media sent as uint8 (1, 8, 3) (no media_type): uint8 pixels are"
+    )
+
+
 # --- bounds -------------------------------------------------------------------------------------------
 
 
@@ -308,7 +333,11 @@ def test_reward_serve_refuses_to_start_without_a_token(monkeypatch):
     assert result.exit_code == 2 and "no token: set REMOTE_REWARD_TOKEN" in result.output
     monkeypatch.setenv("MY_TOKEN", "x")
     result = CliRunner().invoke(cli, ["reward-serve", "--token-env", "MY_TOKEN", "--rewards", "brightnes"])
-    assert result.exit_code == 2 and "unknown reward 'brightnes'; image/video built-ins are" in result.output
+    assert (
+        result.exit_code == 2
+        and "unknown reward 'brightnes' (did you mean 'brightness'?); image/video built-ins are"
+        in result.output
+    )
     result = CliRunner().invoke(cli, ["reward-serve", "--token-env", "MY_TOKEN", "--rewards", "accuracy"])
     assert result.exit_code == 2 and "'accuracy' scores text completions" in result.output
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import suggest
 from ..config.rewards import RewardSpec, RewardTable, entry_parameters
 from ..errors import RewardError, first_line
 from ..references import BadReferenceError, is_reference, load_reference
@@ -269,7 +270,8 @@ def check_reward_name(name: str, *, media: bool = False) -> None:
             raise ValueError(f"'{name}' scores text completions, not images or videos")
         if name not in MEDIA_BUILTINS:
             raise ValueError(
-                f"unknown reward '{name}'; image/video built-ins are {', '.join(MEDIA_BUILTINS)} "
+                f"unknown reward '{name}'{suggest(name, list(MEDIA_BUILTINS))}; "
+                f"image/video built-ins are {', '.join(MEDIA_BUILTINS)} "
                 "(or use 'package.module:function' or 'remote:<name>')"
             )
         return
@@ -280,7 +282,7 @@ def check_reward_name(name: str, *, media: bool = False) -> None:
         )
     if name not in BUILTINS:
         raise ValueError(
-            f"unknown reward '{name}'; built-ins are {', '.join(BUILTINS)} "
+            f"unknown reward '{name}'{suggest(name, list(BUILTINS))}; built-ins are {', '.join(BUILTINS)} "
             "(or use 'package.module:function' or 'remote:<name>')"
         )
 

@@ -38,6 +38,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from ..config import suggest
 from ..errors import first_line
 from ..rewards import RewardError
 from .latents import LatentDecoder
@@ -137,6 +138,7 @@ def _as_media(
     [0, 255] (truncated to uint8 as the reference service does); videos channels first (B x C x T x H x W, the
     reference's layout) or last (ours), told apart by `video_layout` or, without it, by shape: channels last when
     the last axis is 1, 3 or 4 wide (read channels first, that would be a video 4 pixels wide)."""
+    sent = _as_sent(media, media_type, header)
     if media_type == "latent" and media.dtype == np.uint8:
         if media.shape[-1] % 2:
             raise _refuse(
@@ -154,8 +156,7 @@ def _as_media(
     kind = media_type or {4: "image", 5: "video"}.get(media.ndim)
     ndim = {"image": 4, "video": 5}.get(kind)
     if media.ndim != ndim:
-        layouts = "B x H x W x C" if kind == "image" else "B x C x T x H x W or B x T x H x W x C"
-        raise _refuse(422, f"{kind or 'uint8'} media must be {layouts}, got {media.shape}")
+        raise _refuse(422, f"{sent}: {_ACCEPTED.get(kind, _ACCEPTED[None])}")
     last = media.shape[-1] in CHANNELS
     if kind == "video":
         layout = header.get("video_layout") or ("BTHWC" if last else "BCTHW")
@@ -166,11 +167,25 @@ def _as_media(
         layout = "BHWC" if last else "BCHW"
         media = media.transpose(0, 2, 3, 1) if layout == "BCHW" else media
     if media.shape[-1] not in CHANNELS or 0 in media.shape:
-        raise _refuse(
-            422,
-            f"{kind} media read as {layout} has {media.shape[-1]} channels (1, 3 or 4), shape {media.shape}",
-        )
+        raise _refuse(422, f"{sent}: {_ACCEPTED[kind]}")
     return np.ascontiguousarray(media), kind, layout
+
+
+_ACCEPTED = {  # what `_as_media` takes, for its refusals
+    "image": "an image is B x H x W x C or B x C x H x W, uint8 (or float16/float32 pixels with media_type "
+    "'image'), C = 1, 3 or 4, no empty axis",
+    "video": "a video is uint8 B x T x H x W x C or B x C x T x H x W (video_layout 'BTHWC' / 'BCTHW'), "
+    "C = 1, 3 or 4, no empty axis",
+    None: "uint8 pixels are an image (B x H x W x C, 4 axes) or a video (B x T x H x W x C, 5 axes)",
+}
+
+
+def _as_sent(media: np.ndarray, media_type: str | None, header: dict[str, Any]) -> str:
+    """The media as the client sent it, for a refusal: dtype, shape, media_type and video_layout (as given)."""
+    given = f"media_type {media_type!r}" if media_type is not None else "no media_type"
+    if header.get("video_layout") is not None:
+        given += f", video_layout {header['video_layout']!r}"
+    return f"media sent as {media.dtype} {tuple(media.shape)} ({given})"
 
 
 def _scored_rewards(reward_fn: Any, hosted: dict[str, Any]) -> list[str]:
@@ -186,7 +201,9 @@ def _scored_rewards(reward_fn: Any, hosted: dict[str, Any]) -> list[str]:
     unknown = [name for name in named if name not in hosted]
     if unknown:
         raise _refuse(
-            422, f"unknown reward {unknown[0]!r}; this service hosts: {', '.join(hosted) or 'none'}"
+            422,
+            f"unknown reward {unknown[0]!r}{suggest(unknown[0], list(hosted))}; "
+            f"this service hosts: {', '.join(hosted) or 'none'}",
         )
     return named
 
