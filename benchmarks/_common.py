@@ -42,6 +42,13 @@ def write_results(name: str, data: dict) -> Path:
     return path
 
 
+def default_out(name: str, published: bool) -> Path:
+    """Where a benchmark writes when `--out` is not given: the tracked `results/<name>.json` for a run of the
+    published design (every seed), `results/partial/<name>.json` (not tracked) for a quick or partial run, so it
+    never overwrites the published figures."""
+    return (RESULTS if published else RESULTS / "partial") / f"{name}.json"
+
+
 def write_payload(out: Path, payload: dict) -> Path:
     """`payload` as JSON at `out`: through `write_results` (with the machine) when `out` is under `RESULTS`."""
     if out.parent == RESULTS:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, first_reaching, plot_curves, run_job, write_payload
+from _common import RESULTS, default_out, first_reaching, plot_curves, run_job, write_payload
 from domains.geneval_mini import TASKS, Vocabulary, balanced_by_task, write_metadata, write_pairs
 from domains.geneval_mini.base import build_base, check_base, load_vocabulary
 
@@ -281,7 +281,8 @@ def sample_grid(runs: dict[str, Path], base: Path, test: list[dict], path: Path)
     sheet.save(path)
 
 
-def main() -> None:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with where it writes filled in."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -302,7 +303,12 @@ def main() -> None:
     parser.add_argument(
         "--rebuild-base", action="store_true", help="rebuild the base model (about 30 minutes)"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS / "geneval_mini.json", help="the JSON to write")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="the JSON to write (default: results/geneval_mini.json for the 3-seed run or --combine, "
+        "results/partial/ otherwise)",
+    )
     parser.add_argument(
         "--combine",
         type=Path,
@@ -310,7 +316,16 @@ def main() -> None:
         metavar="JSON",
         help="no training: one report (JSON, curves) from result files of separate runs, e.g. one seed each",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    seeds = args.seeds or (1 if args.quick else 3)
+    args.out = args.out or default_out(
+        "geneval_mini", published=bool(args.combine) or (not args.quick and seeds >= 3)
+    )
+    return args
+
+
+def main() -> None:
+    args = options()
     if args.combine:
         print(table(combine(args.combine, args.gain, args.out)))
         return

@@ -31,7 +31,7 @@ import statistics
 import time
 from pathlib import Path
 
-from _common import RESULTS, first_reaching, plot_curves, run_job, write_payload
+from _common import RESULTS, default_out, first_reaching, plot_curves, run_job, write_payload
 from domains.arithmetic.base import build_base, check_base, load_problems
 
 SHIPPED = Path(__file__).resolve().parent / "grpo_math" / "base"
@@ -164,7 +164,8 @@ def resolve_base(rebuild: bool) -> Path:
     return SHIPPED
 
 
-def main() -> None:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with the quick and full runs' defaults filled in."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -177,12 +178,21 @@ def main() -> None:
     parser.add_argument("--gain", type=float, default=0.3, help="target: the SFT base's accuracy plus this")
     parser.add_argument("--rebuild-base", action="store_true", help="rebuild the SFT base model first")
     parser.add_argument("--base", type=Path, help="another base model folder (as build_base writes it)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "grpo_math.json", help="the JSON to write")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="the JSON to write (default: results/grpo_math.json for the 3-seed run, results/partial/ otherwise)",
+    )
+    args = parser.parse_args(argv)
     args.seeds = args.seeds or (1 if args.quick else 3)
     args.steps = args.steps or (20 if args.quick else 40)
     args.every = args.every or (4 if args.quick else 2)
+    args.out = args.out or default_out("grpo_math", published=not args.quick and args.seeds >= 3)
+    return args
 
+
+def main() -> None:
+    args = options()
     base = args.base or resolve_base(args.rebuild_base)
     work = args.out.with_name(args.out.stem + ".runs")
     shutil.rmtree(work, ignore_errors=True)
