@@ -2,11 +2,11 @@
 section and key, and no traceback.
 
 The cases are partly written out (typos users make, and what a new user met: a missing model folder, a folder
-that is not a pipeline, a reward that does not import) and partly generated from each schema: every section
-replaced by a scalar, every key of a good job given a wrong type, removed when required, misspelt, and every
-typed `[train]` field given a value of the wrong type. The built-in kinds have hand-written good jobs below; any
-other registered kind gets one made from its schema (`good_job`), so a new algorithm is fuzzed without an edit
-here.
+that is not a pipeline, a reward that does not import or whose module fails to, an output_dir that is a file) and
+partly generated from each schema: every section replaced by a scalar, every key of a good job given a wrong type,
+removed when required, misspelt, and every typed `[train]` field given a value of the wrong type. The built-in
+kinds have hand-written good jobs below; any other registered kind gets one made from its schema (`good_job`), so a
+new algorithm is fuzzed without an edit here.
 """
 
 from __future__ import annotations
@@ -559,6 +559,19 @@ WRITTEN = [
         _sub("[launch]", "[lanch]"),
         ("unknown section [lanch]", "did you mean 'launch'"),
     ),
+    Case(
+        "required-section-misspelt",
+        "sft",
+        _sub("[train]", "[trian]"),
+        ("unknown section [trian]", "did you mean 'train'"),
+    ),
+    Case(
+        "set-section-misspelt",
+        "sft",
+        SFT,
+        ("unknown section [trian]", "did you mean 'train'"),
+        ("trian.seed=1",),
+    ),
     Case("extra-section", "sft", SFT + "\n[rewards]\nformat = 1.0\n", ("unknown section [rewards]",)),
     Case("array-of-tables", "sft", _sub("[lora]", "[[lora]]"), ("[lora]",)),
     Case("kind-unknown", "sft", _sub('kind = "sft"', 'kind = "stf"'), ("kind", "stf", "did you mean 'sft'")),
@@ -661,6 +674,14 @@ NOT_MODELS = {
 }
 
 
+# Reward modules beside the job that fail to import: {module: source}.
+SYNTAX_ERROR, IMPORT_ERROR = "fuzz_reward_syntax_error", "fuzz_reward_import_error"
+BAD_REWARD_MODULES = {
+    SYNTAX_ERROR: "def score(completions, **kwargs):\n    return [1.0 for _ in completions\n",
+    IMPORT_ERROR: "import no_such_dependency_of_a_reward_xyz\n",
+}
+
+
 def source_cases(kind: str) -> list[Case]:
     """What a job names outside its file: a model that is missing or of the wrong kind, a reward that does not
     import. validate-config (and every trainer) finds them without loading weights."""
@@ -684,10 +705,18 @@ def source_cases(kind: str) -> list[Case]:
         Case(name, kind, _toml(_set(good, "model", "name_or_path", value)), expect)
         for name, (value, expect) in wrong.items()
     ]
+    for name, output_dir, expect in (
+        ("output-dir-is-a-file", "data/prompts.txt", "is a file, not a folder"),
+        ("output-dir-inside-a-file", "data/prompts.txt/run", "which is a file"),
+    ):
+        text = _toml(_set(good, "train", "output_dir", output_dir))
+        cases.append(Case(name, kind, text, ("[train] output_dir", output_dir, expect)))
     if "rewards" in good:
         for name, reward, expect in (
             ("reward-module-missing", "no_such_module_xyz:score", "cannot import no_such_module_xyz"),
             ("reward-function-missing", "json:no_such_function", "json has no 'no_such_function'"),
+            ("reward-syntax-error", f"{SYNTAX_ERROR}:score", f"{SYNTAX_ERROR}.py, line 2"),
+            ("reward-import-error", f"{IMPORT_ERROR}:score", f"{IMPORT_ERROR}.py, line 1"),
         ):
             rewards = {**good["rewards"], reward: 1.0}
             cases.append(Case(name, kind, _toml(_set(good, "rewards", None, rewards)), ("[rewards]", expect)))
@@ -733,6 +762,8 @@ def files(tmp_path_factory) -> Path:
         LLAVA.replace('"conversations"', '"image": "broken.png", "conversations"')
     )
     (data / "prompts.txt").write_text("a red square\n")
+    for module, text in BAD_REWARD_MODULES.items():
+        (root / f"{module}.py").write_text(text)
     for folder, contents in NOT_MODELS.items():
         (root / folder).mkdir(exist_ok=True)
         for name, text in contents.items():

@@ -45,12 +45,55 @@ def _usage(kind: str, out: Path, base: str) -> str:
     return f'from transformers import AutoModelForImageTextToText\n\nmodel = AutoModelForImageTextToText.from_pretrained("{out}")'
 
 
-def _job_text(checkpoint: Path) -> str:
+def job_section(checkpoint: Path) -> str:
+    """The model card's "Training job" section: the run's job record (in `checkpoint` or its parent), or ''. Both
+    exporters' cards end with it."""
     for folder in (checkpoint, checkpoint.parent):
         job = folder / JOB_RECORD
         if job.is_file():
             return f"\n## Training job\n\n```toml\n{job.read_text()}```\n"
     return ""
+
+
+def check_destination(out: Path, overwrite: bool) -> None:
+    """`out` may be written: it does not exist, or `overwrite` is given and it is a previous export (or an empty
+    folder). A folder of anything else (a user's own files) is never replaced."""
+    if not out.exists():
+        return
+    if not overwrite:
+        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
+    if not is_export(out):
+        raise FileExistsError(
+            f"{out} is not a previous export (no model card tagged cosmos-train beside exported weights); "
+            "--overwrite replaces only an export: remove it yourself or pick another folder"
+        )
+
+
+def is_export(folder: Path) -> bool:
+    """Whether `folder` is what an export writes (so --overwrite may replace it): an empty folder, or one with its
+    model card (README.md tagged cosmos-train) and exported weights (an adapter, a model, `lora/` or a pipeline)."""
+    if not folder.is_dir():
+        return False
+    if not any(folder.iterdir()):
+        return True
+    card = folder / "README.md"
+    try:
+        front = card.read_text().split("---")[1] if card.is_file() else ""
+    except (OSError, UnicodeDecodeError, IndexError):
+        return False
+    tagged = any(line.startswith("tags:") and "cosmos-train" in line for line in front.splitlines())
+    exported = ("adapter_config.json", "config.json", "model_index.json", "lora")
+    return tagged and any((folder / name).exists() for name in exported)
+
+
+def check_weights_readable(checkpoint: Path) -> None:
+    """Every safetensors file of `checkpoint` reads (headers only): a truncated file is named in one line before
+    any model loads."""
+    from .checkpoints import unreadable_weights
+
+    bad = unreadable_weights(checkpoint)
+    if bad is not None:
+        raise ValueError(f"{bad[0]}: unreadable weights file ({bad[1]}); export another checkpoint")
 
 
 def export_run(
@@ -73,11 +116,11 @@ def export(
 ) -> Path:
     checkpoint, out = Path(checkpoint), Path(out)
     # Every refusal comes before loading: a model load (and a merge) can take minutes.
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
+    check_destination(out, overwrite)
     is_adapter = _check_checkpoint(checkpoint)
     if merge_lora and not is_adapter:
         raise ValueError(f"{checkpoint} is a full model, not a LoRA adapter; drop --merge-lora")
+    check_weights_readable(checkpoint)
 
     from transformers_cosmos3.checkpoint import atomic_directory
 
@@ -104,8 +147,8 @@ def export(
             kind=kind,
             name=out.name,
             merged=", LoRA merged into the weights" if merge_lora else "",
-            usage=_usage(kind, out, base),
-            job=_job_text(checkpoint),
+            usage=_usage(kind, out.resolve(), base),
+            job=job_section(checkpoint),
         )
         (scratch / "README.md").write_text(card)
     return out

@@ -88,10 +88,11 @@ def read_job(
     overrides: list[str] | None = None,
     kind: str | JobKind | None = None,
     runnable_here: bool = True,
+    check_data_files: bool = True,
 ) -> Job:
-    """Validate a job file of `kind` (the command's; None: the file's own `kind`), check what it names, and check
-    its trainer config (and, with `runnable_here`, that this machine can run its `[launch]` backend). Raises a
-    one-line ConfigError."""
+    """Validate a job file of `kind` (the command's; None: the file's own `kind`), check what it names (its data
+    files only with `check_data_files`: `estimate-memory` reads no data), and check its trainer config (and, with
+    `runnable_here`, that this machine can run its `[launch]` backend). Raises a one-line ConfigError."""
     path = Path(path)
     source, base = str(path), path.resolve().parent
     data = apply_overrides(read_toml(path), overrides or [])
@@ -112,7 +113,7 @@ def read_job(
             )
     schema = entry.schema_class()
     config = validate_job(resolve_paths({**data, "kind": entry.name}, schema, base), schema, source)
-    check_sources(config, source, base)
+    check_sources(config, source, base, check_data_files)
     job = Job(config, source, entry)
     if runnable_here:
         from .launch import check_runnable_here
@@ -131,14 +132,15 @@ def sections(config: JobSchema) -> list[tuple[str, Any]]:
     return [(name, getattr(config, name)) for name in type(config).model_fields]
 
 
-def check_sources(config: JobSchema, source: str, base: Path) -> None:
+def check_sources(config: JobSchema, source: str, base: Path, check_data_files: bool = True) -> None:
     """What the job names outside its file, checked before anything loads (every command does): its data files
     exist, its rewards are known (built-ins with the parameters they take, `remote:<name>`, or `module:function`),
     each section's model is found as what the job needs (its folder or hub id, never its weights), and its
-    `module:function` rewards import (from `sys.path` or `base`, the job file's folder)."""
+    `module:function` rewards import (from `sys.path` or `base`, the job file's folder), and its `[train] output_dir` is
+    a folder or can be made one."""
     try:
         for key, value in sections(config):
-            if isinstance(value, MediaData | PairData | PromptListData):
+            if check_data_files and isinstance(value, MediaData | PairData | PromptListData):
                 check_data_source(value, f"[{key}]")
             rewards = getattr(value, "rewards", None) if key != "rewards" else value
             if rewards:
@@ -158,6 +160,20 @@ def check_sources(config: JobSchema, source: str, base: Path) -> None:
         raise ConfigError(f"{source}: {error}") from None
     for reward in getattr(config, "rewards", None) or {}:
         check_reward_imports(reward, source, base)
+    train = getattr(config, "train", None)
+    if getattr(train, "output_dir", None):
+        check_output_dir(Path(train.output_dir), f"{source}: [train] output_dir")
+
+
+def check_output_dir(output_dir: Path, key: str) -> None:
+    """The run's output folder can be made: it, or the nearest of its parents that exists, is a folder (a file
+    there would fail the run at its first write, with a traceback)."""
+    for folder in (output_dir, *output_dir.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "is a file" if folder == output_dir else f"is inside {folder}, which is a file"
+                raise ConfigError(f"{key} {output_dir} {where}, not a folder")
+            return
 
 
 def check_data_source(section: MediaData | PairData | PromptListData, key: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..checkpoints import latest_complete_checkpoint, mark_complete
+from ..checkpoints import latest_complete_checkpoint, mark_complete, resumable_checkpoint
 from ..errors import NonFiniteLossError
 from ..jobs import JOB_RECORD, Job
 
@@ -75,7 +75,8 @@ def train_and_save(trainer, job: Job, processing_class=None) -> None:
     """Train `trainer` for `job` and leave the final model in `output_dir`, on every trainer alike:
 
     1. record the effective job in `output_dir` (before training, so a crashed run keeps it too);
-    2. resume from the latest *complete* checkpoint when `[train] resume_from_checkpoint = true`;
+    2. resume from the latest *complete* checkpoint when `[train] resume_from_checkpoint = true` (logging the
+       later ones it passes over, and why);
     3. train, then save the model and its tokenizer/processor;
     4. once every rank has finished, release the process group at exit.
     """
@@ -86,7 +87,9 @@ def train_and_save(trainer, job: Job, processing_class=None) -> None:
 
     resume = None
     if job.config.train.resume_from_checkpoint:
-        resume = latest_complete_checkpoint(output_dir)
+        resume, skipped = resumable_checkpoint(output_dir)
+        for checkpoint, reason in skipped:
+            logger.warning("not resuming from %s: %s", checkpoint, reason)
         logger.info("resuming from %s", resume or "nothing: no complete checkpoint yet")
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 

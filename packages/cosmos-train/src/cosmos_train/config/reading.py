@@ -128,8 +128,25 @@ def suggest(key: str, known: list[str]) -> str:
 _TABLE_ERRORS = {"model_type", "model_attributes_type", "dict_type"}
 
 
+def _first_error(error: ValidationError, schema: type[JobSchema]) -> dict[str, Any]:
+    """The error to report: the first, except that an unknown section goes before a missing one (`[trian]` is a
+    misspelt `[train]`: its did-you-mean says more than "missing section [train]")."""
+    errors = error.errors()
+    missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing" and len(e["loc"]) == 1]
+    for candidate in errors:
+        section = str(candidate["loc"][0]) if len(candidate["loc"]) == 1 else None
+        if (
+            missing
+            and section is not None
+            and section not in schema.model_fields
+            and suggest(section, missing)
+        ):
+            return candidate
+    return errors[0]
+
+
 def _one_line(error: ValidationError, schema: type[JobSchema], source: str) -> ConfigError:
-    first = error.errors()[0]
+    first = _first_error(error, schema)
     loc = [str(part) for part in first["loc"]]
     section = loc[0] if loc else "?"
     # Keep field names and list indices; drop the union-member tags pydantic adds ("list[str]", ...).

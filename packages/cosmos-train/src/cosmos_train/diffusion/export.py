@@ -29,7 +29,7 @@ Fine-tuned with [cosmos-train](https://pypi.org/project/cosmos-train/) from `{ba
 ```python
 {usage}
 ```
-"""
+{job}"""
 
 
 def export_pipeline(
@@ -74,11 +74,11 @@ def export_run(
     from safetensors.torch import load_file
 
     from ..config import LoraSection, PipelineSection
+    from ..export import check_destination, check_weights_readable, job_section
     from .loading import load_adapter, prepare_training
     from .weights import ExponentialAverage
 
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
+    check_destination(out, overwrite)
     weights = checkpoint / "model.safetensors"
     if not weights.is_file():
         raise FileNotFoundError(f"{checkpoint} has no model.safetensors")
@@ -91,6 +91,7 @@ def export_run(
             f"{checkpoint} has no {ExponentialAverage.filename} (the run kept no EMA); drop --ema"
         )
     use_ema = has_ema if ema is None else ema
+    check_weights_readable(checkpoint)
 
     model = PipelineSection.model_validate(record["model"])
     adapter = load_adapter(model)
@@ -101,17 +102,20 @@ def export_run(
         average.load(checkpoint)
         average.copy_into_model()
 
+    where = out.resolve()  # the card's paths are absolute, as its base model's is: it is read from anywhere
     what = "LoRA merged into the weights" if merge_lora else ("LoRA" if lora else "full fine-tune")
     what += ", EMA weights" if use_ema else ""
     if lora and not merge_lora:
         usage = (
             "from diffusers import DiffusionPipeline\n\n"
             f'pipe = DiffusionPipeline.from_pretrained("{model.name_or_path}")\n'
-            f"{adapter.lora_loading_call(out / 'lora')}"
+            f"{adapter.lora_loading_call(where / 'lora')}"
         )
     else:
         usage = (
-            f'from diffusers import DiffusionPipeline\n\npipe = DiffusionPipeline.from_pretrained("{out}")'
+            f'from diffusers import DiffusionPipeline\n\npipe = DiffusionPipeline.from_pretrained("{where}")'
         )
-    card = CARD.format(base=model.name_or_path, kind=kind, name=out.name, what=what, usage=usage)
+    card = CARD.format(
+        base=model.name_or_path, kind=kind, name=out.name, what=what, usage=usage, job=job_section(checkpoint)
+    )
     return export_pipeline(adapter, out, lora, merge_lora=merge_lora, overwrite=overwrite, card=card)
