@@ -125,20 +125,42 @@ def estimate_memory(
     config: Annotated[Path, typer.Argument(help="Job file (TOML).")],
     processes: Annotated[int, typer.Option(help="Processes (devices) the job runs on.")] = 1,
     set_: SetOption = None,
+    model_config: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FOLDER",
+            help="Estimate with this folder of the model's configuration (no weights) in place of the job's "
+            "[model] name_or_path: config.json for a language model, model_index.json and each component's "
+            "config.json for a pipeline (examples/model_configs/ has the README table's).",
+            show_default=False,
+        ),
+    ] = None,
     device_memory: Annotated[
         str | None,
-        typer.Option(help="Memory of one device, e.g. 80GB: says whether the job fits.", show_default=False),
+        typer.Option(
+            help="Memory of one device, e.g. 80GB (80 x 10^9 bytes) or 80GiB (80 x 2^30): says whether the job "
+            "fits, in that unit.",
+            show_default=False,
+        ),
     ] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Estimate the memory a job needs on each device, from its model built on the meta device (no weights
-    are read): trained weights, gradients, optimizer state, EMA / old-policy / reference copies, frozen parts
-    (LoRA's base, VAE, text encoders, Cosmos3's reasoner) and activations, for the job's kind, LoRA or full
-    fine-tuning and [launch] backend. An estimate: see `cosmos_train.memory` for what it counts.
+    """Estimate the memory a job needs on each device, from its model built on the meta device (only the model's
+    configuration is read: no weights, no data): trained weights, gradients, optimizer state, EMA / old-policy /
+    reference copies, frozen parts (LoRA's base, VAE, text encoders, Cosmos3's reasoner) and activations, for the
+    job's kind, LoRA or full fine-tuning and [launch] backend. Sizes in GB (10^9 bytes), or in GiB when
+    --device-memory is given in GiB. An estimate: see `cosmos_train.memory` for what it counts.
 
     Example:
 
+    \b
       cosmos-train estimate-memory examples/sft/qwen3_vl_8b_full.toml --processes 8 --device-memory 80GB
+
+    Offline, with the configuration of SD3.5-Medium shipped in examples/model_configs/ in place of the hub model:
+
+    \b
+      cosmos-train estimate-memory examples/diffusion_sft/sd35_medium_lora.toml --processes 8 \\
+          --model-config examples/model_configs/sd3.5-medium --device-memory 80GB
     """
     from . import memory
     from .config import ConfigError
@@ -146,7 +168,7 @@ def estimate_memory(
 
     try:
         size = memory.parse_size(device_memory) if device_memory else None
-        job, backend = memory.read_job(config, set_)
+        job, backend = memory.read_job(config, set_, model_config)
         result = memory.estimate(job, processes, backend)
     except (ConfigError, ValueError) as error:
         _fail(first_line(error))

@@ -38,6 +38,13 @@ The peak is everything but gradients and activations, plus the larger of the two
 as it writes gradients, and the optimizer runs after backward (with gradient accumulation the gradients live
 through the next forward, so both count).
 
+Sizes are said in the unit family of `--device-memory` (GB = 10^9 bytes, as GPUs are sold and the README's
+table says; GiB = 2^30 with an `i`), decimal when none is given, each row in the largest unit it fills (`format_size`).
+
+Only the model's configuration is read (a folder with `config.json`, or a pipeline's `model_index.json` and each
+component's `config.json`): `--model-config FOLDER` estimates with a folder of configs in place of the job's `[model]
+name_or_path` (examples/model_configs/ has those of the README's table), and the job's data are not checked.
+
 Not counted: the vision tower's image tokens (text tokens only), the rollout's sampling (no-grad forwards, a
 block at a time) and VAE decoding, ZeRO-3's gathered layer, communication buckets, the CUDA context (~0.5 GiB)
 and the allocator's fragmentation.
@@ -49,6 +56,7 @@ import importlib
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -56,7 +64,10 @@ import torch
 
 from .config import WEIGHT_COPIES
 
-GIB = 1 << 30
+# Units by family: (name, bytes), largest first. The prefix alone is decimal (80G, 80GB: 80 x 10^9 bytes), with an
+# `i` binary (80Gi, 80GiB: 80 x 2^30).
+DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3), ("B", 1))
+BINARY = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
 # What a block saves beyond its Linears' inputs and outputs (norms, activations, rotary, attention statistics), as a
 # multiple of them: measured about 1.45 on an H200 (bf16, Qwen3-1.7B shapes, SFT without checkpointing,
 # benchmarks/results/gpu.json) and 1.9 on a CPU (float32, tests/cosmos_train/test_estimate_memory.py); 1.7 keeps
@@ -64,6 +75,32 @@ GIB = 1 << 30
 ACTIVATION_FACTOR = 1.7
 TEXT_TOKENS = 256  # diffusion: text tokens assumed when the job does not set max_sequence_length
 BYTES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
+
+
+@dataclass(frozen=True)
+class Size:
+    """A memory size as `--device-memory` gave it: its bytes, and the unit it was written in (sizes are then said in
+    that unit's family, the verdict in the unit itself)."""
+
+    bytes: int
+    unit: str  # a name of DECIMAL or BINARY
+
+    @property
+    def binary(self) -> bool:
+        return self.unit in dict(BINARY) and self.unit != "B"
+
+    def __str__(self) -> str:
+        """'80 GB', '83.42 GB', '77.69 GiB': two decimals at most."""
+        value = self.bytes / dict(BINARY if self.binary else DECIMAL)[self.unit]
+        return f"{value:.2f}".rstrip("0").rstrip(".") + f" {self.unit}"
+
+
+def format_size(size: int, binary: bool = False) -> str:
+    """`size` bytes in the largest unit of its family that it fills: '83.4 GB', '512.0 MiB', '96 B'."""
+    for unit, scale in BINARY if binary else DECIMAL:
+        if abs(size) >= scale and scale > 1:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
 
 
 @dataclass
@@ -79,6 +116,7 @@ class Estimate:
     parts: dict[str, int] = field(default_factory=dict)
     overlap: bool = True  # gradients and activations are not alive together (no gradient accumulation)
     notes: list[str] = field(default_factory=list)
+    model: str = ""  # the [model] name_or_path estimated (--model-config's folder where given)
 
     @property
     def peak(self) -> int:
@@ -86,9 +124,10 @@ class Estimate:
         grads, acts = self.parts.get("gradients", 0), self.parts.get("activations", 0)
         return rest + (max(grads, acts) if self.overlap else grads + acts)
 
-    def as_dict(self, device_memory: int | None = None) -> dict[str, Any]:
+    def as_dict(self, device_memory: Size | None = None) -> dict[str, Any]:
         out = {
             "job": self.job,
+            "model": self.model,
             "kind": self.kind,
             "backend": self.backend,
             "processes": self.processes,
@@ -99,22 +138,31 @@ class Estimate:
             "notes": self.notes,
         }
         if device_memory is not None:
-            out |= {"device_memory": device_memory, "fits": self.peak <= device_memory}
+            out |= {
+                "device_memory": device_memory.bytes,
+                "device_memory_given": str(device_memory),
+                "fits": self.peak <= device_memory.bytes,
+            }
         return out
 
-    def table(self, device_memory: int | None = None) -> str:
+    def table(self, device_memory: Size | None = None) -> str:
+        """The parts and the peak per device, each in the largest unit it fills of `device_memory`'s family (GB, MB,
+        ... when none is given), and whether the peak fits in `device_memory`, said in its own unit."""
+        binary = device_memory is not None and device_memory.binary
         tuning = "LoRA" if self.lora else "full fine-tuning"
         lines = [
-            f"{self.job}: {self.kind}, {tuning}, {self.backend} on {self.processes} process(es); "
+            f"{self.job}: {self.kind}, {tuning}, {self.backend} on {self.processes} process(es)"
+            + (f"; model {self.model}" if self.model else ""),
             f"parameters: {self.parameters['trained']:,} trained, {self.parameters['frozen']:,} frozen",
-            f"{'per device':<44}{'GiB':>10}",
+            "per device",
         ]
-        lines += [f"  {name:<42}{size / GIB:>10.3f}" for name, size in self.parts.items()]
+        lines += [f"  {name:<46}{format_size(size, binary):>10}" for name, size in self.parts.items()]
         how = "max(gradients, activations)" if self.overlap else "gradients + activations"
-        lines.append(f"  {'peak: the rest + ' + how:<42}{self.peak / GIB:>10.3f}")
+        lines.append(f"  {'peak: the rest + ' + how:<46}{format_size(self.peak, binary):>10}")
         if device_memory is not None:
-            verdict = "fits" if self.peak <= device_memory else "does NOT fit"
-            lines.append(f"{verdict} in {device_memory / GIB:.1f} GiB per device")
+            fits = self.peak <= device_memory.bytes
+            peak = Size(self.peak, device_memory.unit)
+            lines.append(f"{'fits' if fits else 'does NOT fit'} in {device_memory} per device (peak {peak})")
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
@@ -231,14 +279,15 @@ def meta_language_model(job) -> tuple[torch.nn.Module, Any, bool]:
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     else:
         dtype = getattr(torch, section.dtype)
+    remote = {"trust_remote_code": section.trust_remote_code}  # the Auto classes' argument, not a model's
     if config.model_type in set(Reasoner):
-        build, is_vlm = reasoner_class(config)._from_config, True
+        build, is_vlm, remote = reasoner_class(config)._from_config, True, {}
     elif config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         build, is_vlm = AutoModelForImageTextToText.from_config, True
     else:
         build, is_vlm = AutoModelForCausalLM.from_config, False
     with torch.device("meta"):
-        model = build(config, dtype=dtype, trust_remote_code=section.trust_remote_code)
+        model = build(config, dtype=dtype, **remote)
     freeze(model, section.freeze)
     lora = getattr(job.config, "lora", None)
     if lora is not None:
@@ -263,6 +312,7 @@ def estimate_language(job, processes: int, backend: str) -> Estimate:
         {"trained": trained, "frozen": frozen},
         parts=parts,
         overlap=args.gradient_accumulation_steps == 1,
+        model=job.config.model.name_or_path,
     )
     total_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     for copy in job.config.weight_copies():  # TRL's reference model: the whole model, sharded as it is
@@ -326,7 +376,8 @@ def meta_pipeline(section) -> dict[str, torch.nn.Module]:
                 module = cls._from_config(config)
             else:
                 module = cls.from_config(cls.load_config(folder))
-        modules[name] = module.to(torch.float32 if name == "transformer" else dtype)
+        # torch's own `to`: diffusers' warns about modules it keeps in float32 (a loading concern, not a count).
+        modules[name] = torch.nn.Module.to(module, torch.float32 if name == "transformer" else dtype)
     return modules
 
 
@@ -387,6 +438,7 @@ def estimate_diffusion(job, processes: int, backend: str) -> Estimate:
         },
         parts=parts,
         overlap=args.gradient_accumulation_steps == 1,
+        model=config.model.name_or_path,
     )
     for copy in config.weight_copies():
         estimate.parts[f"copies: {WEIGHT_COPIES.get(copy, copy)}"] = copy_bytes
@@ -413,12 +465,22 @@ def estimate_diffusion(job, processes: int, backend: str) -> Estimate:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def read_job(path, overrides: list[str] | None = None):
+def read_job(path, overrides: list[str] | None = None, model_config: str | Path | None = None):
     """The job and its `[launch] backend`. Reading sets nothing process-wide, and the estimate reads the trainer
-    config without its backend's settings (`Job.settings`), so a ZeRO or FSDP job is estimated on any machine."""
+    config without its backend's settings (`Job.settings`), so a ZeRO or FSDP job is estimated on any machine. Its
+    data are not checked (memory does not depend on them). `model_config`: a folder of the model's configuration
+    (no weights) that replaces `[model] name_or_path`, relative to the working directory."""
+    from .config import ConfigError
     from .jobs import read_job as read
 
-    job = read(path, overrides, runnable_here=False)
+    overrides = list(overrides or [])
+    if model_config is not None:
+        folder = Path(model_config).expanduser()
+        if not folder.is_dir():
+            raise ConfigError(f"--model-config {model_config}: no such folder")
+        # A TOML string (JSON's escapes are TOML's), absolute: the job file's folder is not where it is.
+        overrides.append(f"model.name_or_path={json.dumps(str(folder.resolve()))}")
+    job = read(path, overrides, runnable_here=False, check_data_files=False)
     return job, job.config.launch.backend
 
 
@@ -443,14 +505,17 @@ def estimate(job, processes: int = 1, backend: str | None = None) -> Estimate:
     return estimate_language(job, processes, backend)
 
 
-def parse_size(text: str) -> int:
-    """'80GB' / '80GiB' / '80G' / '85899345920' -> bytes (GB and G are taken as GiB, as GPUs are sold)."""
-    found = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(I?B)?\s*", text.upper())
+def parse_size(text: str) -> Size:
+    """'80GB' / '80G' (80 x 10^9 bytes, as GPUs are sold), '80GiB' / '80Gi' (80 x 2^30), '85899345920' (bytes)."""
+    found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?:([KMGT])(I?)B?|B?)\s*", text, re.IGNORECASE)
     if not found:
-        raise ValueError(f"cannot read a memory size from {text!r} (e.g. 80GB)")
-    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[found.group(2)]
-    return int(float(found.group(1)) * scale)
+        raise ValueError(f"cannot read a memory size from {text!r} (e.g. 80GB, or 80GiB)")
+    number, prefix, binary = found.group(1), (found.group(2) or "").upper(), bool(found.group(3))
+    if not prefix:
+        return Size(int(float(number)), "B")
+    unit = f"{prefix}iB" if binary else f"{'k' if prefix == 'K' else prefix}B"
+    return Size(int(float(number) * dict(BINARY if binary else DECIMAL)[unit]), unit)
 
 
-def to_json(estimates: list[Estimate], device_memory: int | None) -> str:
+def to_json(estimates: list[Estimate], device_memory: Size | None) -> str:
     return json.dumps([e.as_dict(device_memory) for e in estimates], indent=1)
