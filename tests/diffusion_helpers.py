@@ -22,22 +22,18 @@ def model_section(model: Path) -> str:
 
 
 def write_video_pairs(folder: Path, frames: int = 9, size: int = 32) -> Path:
-    """Four short MP4s of a coloured square moving right, each with a `{"prompt": ...}` JSON."""
-    import av
+    """Four short MP4s of a coloured square moving right, each with a `{"prompt": ...}` JSON. Written by the
+    toolkit's `write_mp4`, whose encoding is deterministic: the same bytes in every run."""
+    from cosmos_train.diffusion.media_io import write_mp4
 
     folder.mkdir(parents=True, exist_ok=True)
     for index, (color, rgb) in enumerate(COLORS.items()):
         name = folder / f"{index:04d}"
-        with av.open(f"{name}.mp4", "w") as container:
-            stream = container.add_stream("libx264", rate=8)
-            stream.height = stream.width = size
-            stream.pix_fmt = "yuv420p"
-            for step in range(frames):
-                pixels = np.full((size, size, 3), 255, dtype=np.uint8)
-                left = 2 + step * 2
-                pixels[10:22, left : left + 12] = rgb
-                container.mux(stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
-            container.mux(stream.encode())
+        pixels = np.full((frames, size, size, 3), 255, dtype=np.uint8)
+        for step in range(frames):
+            left = 2 + step * 2
+            pixels[step, 10:22, left : left + 12] = rgb
+        write_mp4(Path(f"{name}.mp4"), pixels, fps=8)
         Path(f"{name}.json").write_text(json.dumps({"prompt": f"a {color} square moving right"}))
     return folder
 

@@ -286,22 +286,18 @@ def test_export_keeps_the_repo_safety_setting(folder, tmp_path):
 
 
 def write_video_pairs(folder: Path, count: int = 4, frames: int = 9, size: int = 32) -> Path:
-    """Short MP4s of a coloured square moving right (PyAV), each with a `{"prompt": ...}` JSON."""
-    import av
+    """Short MP4s of a coloured square moving right, each with a `{"prompt": ...}` JSON, written by the toolkit's
+    deterministic `write_mp4` (the same bytes in every run)."""
+    from cosmos_train.diffusion.media_io import write_mp4
 
     folder.mkdir(parents=True, exist_ok=True)
     colors = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (40, 60, 220), "yellow": (230, 210, 40)}
     for index, (color, rgb) in enumerate(list(colors.items())[:count]):
         name = folder / f"{index:04d}"
-        with av.open(f"{name}.mp4", "w") as container:
-            stream = container.add_stream("libx264", rate=8)
-            stream.height = stream.width = size
-            stream.pix_fmt = "yuv420p"
-            for step in range(frames):
-                pixels = np.full((size, size, 3), 255, dtype=np.uint8)
-                pixels[10:22, 2 + 2 * step : 14 + 2 * step] = rgb
-                container.mux(stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
-            container.mux(stream.encode())
+        pixels = np.full((frames, size, size, 3), 255, dtype=np.uint8)
+        for step in range(frames):
+            pixels[step, 10:22, 2 + 2 * step : 14 + 2 * step] = rgb
+        write_mp4(Path(f"{name}.mp4"), pixels, fps=8)
         Path(f"{name}.json").write_text(json.dumps({"prompt": f"a {color} square moving right"}))
     return folder
 
