@@ -1,13 +1,14 @@
 """Diffusion RL jobs default to what the references train with: their optimizer per kind (DiffusionNFT and FlowGRPO
 AdamW at a constant 3e-4, weight decay 1e-4, clip 1; DDRL 1e-5 after 50 warm-up steps), SD3.5's 512 x 512 samples
-with 128 T5 tokens, LoRA r32 / alpha 64 on both of SD3's attention streams, SANA's attn1 and attn2 with their
-outputs, Cosmos's attention and MLP; a job's own values still win."""
+with 128 T5 tokens, LoRA r32 / alpha 64 on both of SD3's attention streams (`attn`, not the second attention `attn2`
+of SD3.5's dual-attention blocks), SANA's attn1 and attn2 with their outputs, Cosmos's attention and MLP; each kind's
+evaluation guidance and DDRL's noise per rollout as their references; a job's own values still win."""
 
 from __future__ import annotations
 
 import diffusion_rl_helpers
 import pytest
-from diffusion_rl_helpers import write_rl_job
+from diffusion_rl_helpers import PROMPTS, write_rl_job
 
 from cosmos_train.algorithms.diffusion_rl.schema import DiffusionRolloutSection, RLLoraSection, rl_sample_size
 from cosmos_train.config import PipelineSection
@@ -63,27 +64,73 @@ def test_sd3_rl_samples_at_512_with_128_tokens(tmp_path, tiny):
     assert rl_sample_size(DiffusionRolloutSection(), type(sana), sana.default_size()) == sana.default_size()
 
 
+SD3_ATTENTION = {"attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "attn.add_q_proj", "attn.add_k_proj",
+                 "attn.add_v_proj", "attn.to_add_out"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dual_attention_sd3(tmp_path_factory):
+    """The tiny SD3 with an SD3.5-Medium dual-attention block (`dual_attention_layers`: a second, image-only
+    attention `attn2` beside `attn`) as its first block."""
+    from diffusers import SD3Transformer2DModel
+
+    from cosmos_train.tiny_models.pipelines import build_sd3
+
+    pipeline = build_sd3()
+    config = {key: value for key, value in pipeline.transformer.config.items() if not key.startswith("_")}
+    pipeline.transformer = SD3Transformer2DModel(**config | {"dual_attention_layers": (0,)})
+    folder = tmp_path_factory.mktemp("sd3-dual-attention")
+    pipeline.save_pretrained(folder)
+    return folder
+
+
 @pytest.mark.parametrize(
     ("family", "adapted"),
     [
-        ("sd3", {"attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "attn.add_q_proj", "attn.add_k_proj",
-                 "attn.add_v_proj", "attn.to_add_out"}),
+        ("sd3", SD3_ATTENTION),
+        # DiffusionNFT, FlowGRPO and cosmos-rl target `attn.*` only: the dual-attention blocks' attn2 stays frozen.
+        ("sd3_dual_attention", SD3_ATTENTION),
         ("sana", {"attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "attn2.to_q", "attn2.to_k",
                   "attn2.to_v", "attn2.to_out.0"}),
         ("cosmos_predict2_5", {"attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "attn2.to_q",
                                "attn2.to_k", "attn2.to_v", "attn2.to_out.0", "ff.net.0.proj", "ff.net.2"}),
     ],
 )  # fmt: skip
-def test_default_lora_targets_are_the_references(tiny, family, adapted):
-    adapter = load_adapter(PipelineSection(name_or_path=str(tiny(family)), trust_remote_code=True))
+def test_default_lora_targets_are_the_references(request, tiny, family, adapted):
+    path = request.getfixturevalue("dual_attention_sd3") if family == "sd3_dual_attention" else tiny(family)
+    adapter = load_adapter(PipelineSection(name_or_path=str(path), trust_remote_code=True))
     lora = prepare_training(adapter, RLLoraSection())
     assert (lora["r"], lora["alpha"]) == (32, 64)
+    modules = dict(adapter.transformer.named_modules())
     wrapped = {
         name.split(".", 2)[-1]  # the module's path inside its transformer block
-        for name, module in adapter.transformer.named_modules()
+        for name, module in modules.items()
         if hasattr(module, "lora_A") and name.startswith("transformer_blocks.")
     }
     assert wrapped == adapted
+    if family == "sd3_dual_attention":  # the block has the second attention, and it is left out
+        assert "transformer_blocks.0.attn2.to_q" in modules
+        assert not any(hasattr(module, "lora_A") for name, module in modules.items() if ".attn2." in name)
+
+
+@pytest.mark.parametrize(
+    ("kind", "guidance"),
+    # DiffusionNFT evaluates without guidance (config/nft.py: sample.guidance_scale = 1.0), FlowGRPO at its
+    # rollouts' 4.5 (config/grpo.py); cosmos-rl's DDRL has no scored evaluation: the pipeline's own.
+    [("nft", 1.0), ("flow-grpo", 4.5), ("ddrl", None)],
+)
+def test_each_kind_evaluates_at_its_references_guidance(tmp_path, tiny, kind, guidance):
+    job_file = write_rl_job(tmp_path, tiny("sana"), kind=kind, extra=f'\n[eval]\npath = "{PROMPTS}"\n')
+    assert read_job(job_file).config.eval.guidance_scale == guidance
+    own = read_job(job_file, ["eval.guidance_scale=3.0"])
+    assert own.config.eval.guidance_scale == 3.0  # the job's own wins
+
+
+def test_ddrl_draws_each_rollout_its_own_noise(tmp_path, tiny):
+    """cosmos-rl's DDRL configs (Cosmos-Predict2.5 2B-720 and 14B-720) set `use_same_seed = false`."""
+    job_file = write_rl_job(tmp_path, tiny("sana"), kind="ddrl")
+    assert read_job(job_file).config.ddrl.use_same_seed is False
+    assert read_job(job_file, ["ddrl.use_same_seed=true"]).config.ddrl.use_same_seed is True
 
 
 def test_the_whole_pipeline_goes_to_the_process_device(tmp_path, tiny):

@@ -43,10 +43,11 @@ def test_evaluation_during_nft(tmp_path, tiny):
     assert np.mean([sample["reward"] for sample in samples]) == evaluations[-1]["eval/reward"]
     assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # The logged value is the reward of the pipeline's own samples (EMA weights, prompt i from seed + i).
+    # The logged value is the reward of the pipeline's own samples (EMA weights, prompt i from seed + i), without
+    # guidance as DiffusionNFT evaluates (the pipeline's own default is 7).
     brightness = build_media_rewards([RewardSpec("brightness", 1.0, {})])[0]
     with trainer.weights_for_export():
-        media = trainer.adapter.generate(prompts, 32, 32, num_inference_steps=4, seed=5)
+        media = trainer.adapter.generate(prompts, 32, 32, num_inference_steps=4, seed=5, guidance_scale=1.0)
     uint8 = (media * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
     assert np.mean(brightness(uint8, prompts)) == evaluations[-1]["eval/reward"]
     assert trainer.evaluation.evaluate(3) == evaluations[-1]["eval/reward"]  # deterministic

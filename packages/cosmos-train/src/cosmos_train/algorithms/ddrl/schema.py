@@ -92,7 +92,11 @@ class DDRLSection(Section):
     )
     max_num_conditional_frames: int = Field(1, ge=0, description="Video families: the most (0 t2v, 1 i2v).")
     exp_reward: bool = Field(False, description="Advantages A become -exp(-A) (cosmos-rl's exp_reward).")
-    use_same_seed: bool = Field(True, description="One initial noise per data item's K rollouts.")
+    use_same_seed: bool = Field(
+        False,
+        description="One initial noise per data item's K rollouts (cosmos-rl's DDRL configs: false, each rollout "
+        "its own noise).",
+    )
     loss_scale: float = Field(
         10.0, gt=0, description="The whole loss is multiplied by this (cosmos-rl's 10)."
     )

@@ -33,7 +33,8 @@ def score_media(rewards: list, media, prompts: list[str], metadata: list[dict]) 
 class RLEvaluation(TrainerCallback):
     """`[eval]`: before training, every `every` optimizer steps and at the end, the held-out prompts sampled by the
     pipeline's own sampler (deterministic: sample i from seed + i, `samples_per_prompt` per prompt; the EMA weights
-    when kept; the pipeline's CFG unless set), scored by `[eval] rewards` (default: the job's). Each process samples
+    when kept; CFG at `[eval] guidance_scale`, whose default the algorithm's `[eval]` section declares as its
+    reference's, else the pipeline's own), scored by `[eval] rewards` (default: the job's). Each process samples
     a contiguous share; the main process logs `eval/reward` (the weighted sum), `eval/<reward>` and, when the
     prompts carry a GenEval `tag`, `eval/reward/<tag>` per task; it writes the samples and scores under
     `output_dir/eval/step_N/`, and at the end `output_dir/curves.png` (train and eval reward per step)."""

@@ -93,7 +93,8 @@ class RLLoraSection(LoraSection):
 class RLEvalSection(PromptListData):
     """`[eval]`: held-out prompts, sampled deterministically by the pipeline's own sampler (with the EMA weights when
     kept) every `every` optimizer steps and at the end, scored by the job's rewards: `eval/reward` and
-    `eval/<reward>` in the logs, samples under `output_dir/eval/step_N/`, `output_dir/curves.png` at the end."""
+    `eval/<reward>` in the logs, samples under `output_dir/eval/step_N/`, `output_dir/curves.png` at the end.
+    An algorithm whose reference evaluates at another guidance subclasses it with that `guidance_scale` default."""
 
     split: str = Field("test", min_length=1, description="For a folder: which split's file to read.")
     every: int = Field(10, gt=0, description="Evaluate every this many optimizer steps (and at the end).")
@@ -110,6 +111,17 @@ class RLEvalSection(PromptListData):
     )
 
 
+def eval_field() -> Any:
+    """The `eval` field of a diffusion RL job (absent: no evaluation); an algorithm with its own `[eval]` section
+    re-declares it: `eval: TheEvalSection | None = eval_field()`."""
+    return Field(
+        None,
+        description="Held-out prompts sampled by the pipeline's own sampler and scored by the job's rewards, before "
+        "training, every `every` steps and at the end (logs eval/reward, writes output_dir/eval/step_N/ and "
+        "output_dir/curves.png).",
+    )
+
+
 class DiffusionRLJob(DiffusionJob):
     """The sections every diffusion RL job has; each algorithm adds its own and says how many timesteps a
     sample trains on (`train_timesteps`)."""
@@ -120,12 +132,7 @@ class DiffusionRLJob(DiffusionJob):
     data: PromptListData
     rewards: RewardTable = Field(min_length=1, description="Image/video rewards and their weights.")
     rollout: DiffusionRolloutSection = DiffusionRolloutSection()
-    eval: RLEvalSection | None = Field(
-        None,
-        description="Held-out prompts sampled by the pipeline's own sampler and scored by the job's rewards, before "
-        "training, every `every` steps and at the end (logs eval/reward, writes output_dir/eval/step_N/ and "
-        "output_dir/curves.png).",
-    )
+    eval: RLEvalSection | None = eval_field()
     train: DiffusionTrainSection
 
     train_defaults: ClassVar[dict[str, Any]] = REFERENCE_OPTIMIZER

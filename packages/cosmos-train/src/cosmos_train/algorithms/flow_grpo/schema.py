@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ...config import Section
-from ..diffusion_rl.schema import DiffusionRLJob, DiffusionRolloutSection
+from ..diffusion_rl.schema import DiffusionRLJob, DiffusionRolloutSection, RLEvalSection, eval_field
 
 STEP_CHOICES = ("timestep_fraction", "train_steps", "train_step_stride", "sde_window")
 
@@ -38,6 +38,19 @@ class SDERolloutSection(DiffusionRolloutSection):
         gt=0,
         description="Optimizer steps per rollout, its chunks of samples split evenly between them (the reference: "
         "2, so the clipped ratio acts on the second).",
+    )
+
+
+class FlowGRPOEvalSection(RLEvalSection):
+    """`[eval]` for FlowGRPO: at the reference's CFG 4.5 (`scripts/train_sd3.py`'s evaluation samples with
+    `config.sample.guidance_scale`, 4.5 in `config/grpo.py`, and `noise_level=0`: the deterministic ODE, as the
+    pipeline's own sampler)."""
+
+    guidance_scale: float = Field(
+        4.5,
+        ge=1.0,
+        description="Classifier-free guidance (FlowGRPO evaluates at its rollouts' 4.5; set both when changing "
+        "[rollout] guidance_scale); 1 is off.",
     )
 
 
@@ -139,6 +152,7 @@ class FlowGRPOSection(Section):
 
 class FlowGRPOJob(DiffusionRLJob):
     rollout: SDERolloutSection = SDERolloutSection()
+    eval: FlowGRPOEvalSection | None = eval_field()
     flow_grpo: FlowGRPOSection = FlowGRPOSection()
 
     @model_validator(mode="after")

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ...config import SOLVERS, Section
-from ..diffusion_rl.schema import DiffusionRLJob, DiffusionRolloutSection
+from ..diffusion_rl.schema import DiffusionRLJob, DiffusionRolloutSection, RLEvalSection, eval_field
 
 ADV_MODES = ("all", "positive_only", "negative_only", "one_only", "binary")
 
@@ -25,6 +25,17 @@ class NFTRolloutSection(DiffusionRolloutSection):
         description="The rollouts' ODE solver: dpm2 (DPM-Solver++(2M), one model call a step), euler, heun (two "
         "calls a step) or pipeline (its own scheduler). Default: the family's, as the references (dpm2 for SD3 "
         "and Cosmos, euler for SANA).",
+    )
+
+
+class NFTEvalSection(RLEvalSection):
+    """`[eval]` for DiffusionNFT: without guidance, as the reference evaluates (`config/nft.py` sets
+    `sample.guidance_scale = 1.0`, which `scripts/train_nft_sd3.py`'s evaluation samples with)."""
+
+    guidance_scale: float = Field(
+        1.0,
+        ge=1.0,
+        description="Classifier-free guidance; 1 is off (DiffusionNFT evaluates without, as it samples).",
     )
 
 
@@ -71,6 +82,7 @@ class NFTSection(Section):
 
 class NFTJob(DiffusionRLJob):
     rollout: NFTRolloutSection = NFTRolloutSection()
+    eval: NFTEvalSection | None = eval_field()
     nft: NFTSection = NFTSection()
 
     @model_validator(mode="after")

@@ -10,17 +10,19 @@ from ..adapter import DiffusionAdapter, call_default, truncation_warned_once
 
 class StableDiffusion3Adapter(DiffusionAdapter):
     pipeline_class = "StableDiffusion3Pipeline"
-    # Both streams' attention projections, image (to_*) and text (add_*), as DiffusionNFT and FlowGRPO train
-    # (and diffusers' train_dreambooth_lora_sd3.py): without add_* the text stream is never adapted.
+    # Both streams' attention projections of `attn`, image (to_*) and text (add_*), as DiffusionNFT
+    # (`scripts/train_nft_sd3.py`), FlowGRPO (`scripts/train_sd3.py`) and cosmos-rl's SD3.5-Medium NFT config train:
+    # without add_* the text stream is never adapted. PEFT matches a name as a suffix after a dot, so "attn.to_q"
+    # leaves out the image-only second attention (`attn2`) of SD3.5's dual-attention blocks, as the references do.
     lora_target_modules = (
-        "to_q",
-        "to_k",
-        "to_v",
-        "to_out.0",
-        "add_q_proj",
-        "add_k_proj",
-        "add_v_proj",
-        "to_add_out",
+        "attn.to_q",
+        "attn.to_k",
+        "attn.to_v",
+        "attn.to_out.0",
+        "attn.add_q_proj",
+        "attn.add_k_proj",
+        "attn.add_v_proj",
+        "attn.to_add_out",
     )
     # DiffusionNFT and FlowGRPO train SD3.5 at 512 x 512 with 128 T5 tokens (the pipeline: 1024 and 256).
     rl_sample_defaults = {"height": 512, "width": 512, "max_sequence_length": 128}
