@@ -50,10 +50,29 @@ def test_each_kind_trains_with_its_references_optimizer(tmp_path, tiny, kind, ex
     assert read_job(job_file, ["train.learning_rate=0.001"]).args.learning_rate == 1e-3  # the job's own wins
 
 
+# What sizes SD3.5-Medium's configs (stabilityai/stable-diffusion-3.5-medium, transformer/ and vae/ config.json).
+SD35_MEDIUM_CONFIGS = {
+    "transformer": {"sample_size": 128, "patch_size": 2, "pos_embed_max_size": 384},
+    "vae": {"block_out_channels": [128, 256, 512, 512]},
+}
+
+
 def test_sd3_rl_samples_at_512_with_128_tokens(tmp_path, tiny):
+    """The references' 512 x 512 for SD3.5-Medium (its own size 1024); a smaller pipeline samples at its own size,
+    and no default is ever larger than its transformer can position-embed."""
+    from cosmos_train.diffusion.families.sd3 import StableDiffusion3Adapter as SD3
+
+    sd35_medium = SD3.configured_size(SD35_MEDIUM_CONFIGS)
+    assert sd35_medium == ((1024, 1024, None), 384 * 2 * 8)
+    assert rl_sample_size(DiffusionRolloutSection(), SD3, *sd35_medium) == (512, 512, None)
+    assert rl_sample_size(DiffusionRolloutSection(), SD3, (None, None, None), 96) == (96, 96, None)
     adapter = load_adapter(str(tiny("sd3")))
-    sd3 = type(adapter), adapter.default_size()
-    assert rl_sample_size(DiffusionRolloutSection(), *sd3) == (512, 512, None)
+    sd3 = type(adapter), adapter.default_size(), adapter.max_sample_side()
+    assert sd3[1:] == (
+        (32, 32, None),
+        32 * 2 * 2,
+    )  # sample_size 16 x VAE 2; pos_embed_max_size 32 x patch 2 x VAE 2
+    assert rl_sample_size(DiffusionRolloutSection(), *sd3) == (32, 32, None)
     assert rl_sample_size(DiffusionRolloutSection(height=64, width=96), *sd3) == (64, 96, None)
     assert rl_sample_size(DiffusionRolloutSection(height=64), *sd3) == (64, 64, None)  # width: as height
     job_file = write_rl_job(tmp_path, tiny("sd3"), kind="nft")
@@ -149,3 +168,28 @@ def test_the_whole_pipeline_goes_to_the_process_device(tmp_path, tiny):
         p.device.type for m in [adapter.transformer, *adapter.frozen_modules()] for p in m.parameters()
     }
     assert devices == {"meta"}
+
+
+def test_a_small_sd3_samples_at_a_size_it_can_take(tmp_path, tiny):
+    """Issue 32: an NFT job on a small SD3 with no `[rollout]` size sampled at the references' 512 x 512, more than
+    its transformer can position-embed, and crashed after encoding its prompts. The default now fits it."""
+    from cosmos_train.algorithms.diffusion_rl.trainer import build_diffusion_rl_trainer
+
+    job_file = write_rl_job(tmp_path, tiny("sd3"), kind="nft")
+    job_file.write_text(job_file.read_text().replace("height = 32\n", "").replace("width = 32\n", ""))
+    trainer = build_diffusion_rl_trainer(read_job(job_file))
+    assert trainer.size == (32, 32, None)  # the pipeline's own size, below the 512 default and its 128 limit
+
+
+@pytest.mark.parametrize(("kind", "key"), [("nft", "rollout"), ("ddrl", "data")])
+def test_a_size_the_transformer_cannot_take_is_refused_in_one_line(tmp_path, tiny, kind, key):
+    """A side above what the transformer can position-embed (tiny SD3: 128) is refused by validate-config and at
+    job start, naming the key that set it, before anything loads."""
+    from sft_helpers import cli_in_process
+
+    job_file = write_rl_job(tmp_path, tiny("sd3"), kind=kind)
+    for command in (["validate-config", str(job_file)], [kind, "-c", str(job_file)]):
+        result = cli_in_process(*command, "--set", f"{key}.height=256")
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        error = result.stderr.strip().splitlines()[-1]
+        assert f"[{key}] height 256 is larger than" in error and f"set [{key}] height <= 128" in error, error

@@ -155,7 +155,8 @@ def check_sources(config: JobSchema, source: str, base: Path, check_data_files: 
             elif isinstance(value, PipelineSection):
                 from .diffusion.loading import pipeline_adapter_class
 
-                pipeline_adapter_class(value, f"[{key}]", base)
+                family = pipeline_adapter_class(value, f"[{key}]", base)
+                check_sample_size(config, family, value, base)
     except (SourceError, ConfigError) as error:
         raise ConfigError(f"{source}: {error}") from None
     for reward in getattr(config, "rewards", None) or {}:
@@ -163,6 +164,27 @@ def check_sources(config: JobSchema, source: str, base: Path, check_data_files: 
     train = getattr(config, "train", None)
     if getattr(train, "output_dir", None):
         check_output_dir(Path(train.output_dir), f"{source}: [train] output_dir")
+
+
+def check_sample_size(config: JobSchema, family: type, section: PipelineSection, base: Path) -> None:
+    """The size a diffusion job samples or trains at fits its transformer (the family's `configured_size`, read
+    from the pipeline's configs alone): a side its positional embedding cannot cover would fail the run after its
+    prompts are encoded."""
+    sample_size = getattr(config, "sample_size", None)
+    if sample_size is None:
+        return
+    from .diffusion.loading import pipeline_component_configs
+
+    pipeline_size, max_side = family.configured_size(pipeline_component_configs(section, base))
+    if max_side is None:
+        return
+    height, width, _ = sample_size(family, pipeline_size, max_side)
+    for key, side in zip(config.size_keys, (height, width), strict=True):
+        if side and side > max_side:
+            raise ConfigError(
+                f"{key} {side} is larger than {section.name_or_path}'s transformer can take ({max_side}: its "
+                f"positional embedding x patch x VAE scale); set {key} <= {max_side}"
+            )
 
 
 def check_output_dir(output_dir: Path, key: str) -> None:

@@ -445,7 +445,8 @@ def estimate_diffusion(job, processes: int, backend: str) -> Estimate:
     for name, module in others.items():
         estimate.parts[f"frozen: {name}"] = sum(p.numel() * p.element_size() for p in module.parameters())
     # One training forward's samples and size.
-    forward = config.activation_batch(args, adapter_class)
+    configs = {name: _config(module) for name, module in modules.items()}
+    forward = config.activation_batch(args, adapter_class, adapter_class.configured_size(configs))
     samples, (height, width, frames) = forward.rows, forward.size
     text = forward.text_tokens or TEXT_TOKENS
     tokens = samples * (latent_tokens(modules, height, width, frames) + text)

@@ -185,7 +185,7 @@ if __name__ == "__main__":
 
     from ..kinds import BUILTIN_KINDS
 
-    root = Path(__file__).resolve().parents[4]
+    root = Path(__file__).resolve().parents[5]
     builtins = {kind.name: kind for kind in BUILTIN_KINDS}
     (root / "docs" / "job-files.md").write_text(markdown(builtins))
     readme = root / "README.md"

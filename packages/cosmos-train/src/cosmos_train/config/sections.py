@@ -231,9 +231,12 @@ class JobSchema(Section):
         """The trainer's TRL / transformers config for this job (raises `ConfigError`)."""
         raise NotImplementedError
 
-    def activation_batch(self, args: Any, family: Any = None) -> ActivationBatch:
+    def activation_batch(
+        self, args: Any, family: Any = None, configured: tuple | None = None
+    ) -> ActivationBatch:
         """What one training forward holds (`args`: the job's trainer config; `family`: a diffusion job's adapter
-        class, for its defaults), for `estimate-memory`."""
+        class, for its defaults; `configured`: its `configured_size` from the pipeline's configs), for
+        `estimate-memory`."""
         raise NotImplementedError
 
     def weight_copies(self) -> tuple[str, ...]:

@@ -153,6 +153,25 @@ class DiffusionAdapter:
             raise ValueError(f"{type(pipeline).__name__} has no default size; set [rollout] height and width")
         return int(sample * scale), int(sample * scale), frames
 
+    @classmethod
+    def configured_size(
+        cls, configs: dict[str, dict]
+    ) -> tuple[tuple[int | None, int | None, int | None], int | None]:
+        """From the pipeline's component configs alone (`{"transformer": {...}, "vae": {...}}`, no weights): its
+        own default (height, width, frames; None where unknown) and the largest height or width its transformer
+        can take (None: no limit the family knows of). `estimate-memory` and the job's checks read it before any
+        model loads; `max_sample_side` answers the same for a loaded pipeline."""
+        return (None, None, None), None
+
+    def max_sample_side(self) -> int | None:
+        """The largest height or width the loaded transformer can take (`configured_size`), None for no limit."""
+        vae = getattr(self.pipeline, "vae", None)
+        configs = {
+            "transformer": dict(self.transformer.config),
+            "vae": dict(vae.config) if vae is not None else {},
+        }
+        return type(self).configured_size(configs)[1]
+
     # --- noise and time --------------------------------------------------------------------------------
 
     @property

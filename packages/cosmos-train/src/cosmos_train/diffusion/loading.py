@@ -38,6 +38,27 @@ def pipeline_adapter_class(section: PipelineSection, key: str = "[model]", base:
     return adapter_class_for(index["_class_name"], section.adapter)
 
 
+def pipeline_component_configs(
+    section: PipelineSection, base: Path | None = None, names: tuple[str, ...] = ("transformer", "vae")
+) -> dict[str, dict]:
+    """The `config.json` of each named component of `[model]`'s pipeline (folder or hub id; no weights), {} for a
+    component it does not have."""
+    from ..model_sources import model_file, read_json
+
+    configs = {}
+    for name in names:
+        where = f"[model] name_or_path {name}/"
+        try:
+            path = model_file(
+                section.name_or_path, f"{name}/config.json", where, "a pipeline component", base
+            )
+        except SourceError:
+            configs[name] = {}
+            continue
+        configs[name] = read_json(path, where)
+    return configs
+
+
 def load_adapter(model: PipelineSection | str, options: AdapterOptions | None = None) -> DiffusionAdapter:
     """The pipeline of `[model]` (or a hub id or folder) wrapped in its family's adapter (`[model] adapter`, or
     the one for the pipeline's class).

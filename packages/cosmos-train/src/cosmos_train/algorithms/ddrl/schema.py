@@ -161,6 +161,10 @@ class DDRLJob(DiffusionRLJob):
     def kl_beta(self) -> float:
         return self.ddrl.kl_beta
 
-    def sample_size(self, family: Any, pipeline_size: tuple = (None, None, None)) -> tuple:
+    size_keys: ClassVar[tuple[str, str]] = ("[data] height", "[data] width")
+
+    def sample_size(
+        self, family: Any, pipeline_size: tuple = (None, None, None), max_side: int | None = None
+    ):
         """The rollouts sample at `[data]`'s size (its frames for a video family)."""
         return self.data.height, self.data.width, self.data.num_frames if family.video else None

@@ -4,13 +4,16 @@ model inputs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 from transformers import TrainingArguments
 
 from ...config import JobSchema, LoraSection, PipelineSection, build_training_arguments, trainer_section
 from ...launch import backend_arguments, device_defaults
+
+# `DiffusionAdapter.configured_size` when the pipeline's configs are not at hand: nothing known.
+NOT_CONFIGURED = ((None, None, None), None)
 
 DiffusionTrainSection = trainer_section(
     TrainingArguments,
@@ -30,6 +33,16 @@ class DiffusionJob(JobSchema):
     lora: LoraSection | None = Field(
         None, description="A PEFT LoRA on the transformer; absent: full fine-tuning."
     )
+
+    # The keys that set the size it samples or trains at, for messages.
+    size_keys: ClassVar[tuple[str, str]] = ("[data] height", "[data] width")
+
+    def sample_size(
+        self, family: Any, pipeline_size: tuple = (None, None, None), max_side: int | None = None
+    ) -> tuple[int | None, int | None, int | None]:
+        """(height, width, frames) the job samples or trains at, given its family (the adapter class), the
+        pipeline's own size and the largest side its transformer takes (`DiffusionAdapter.configured_size`)."""
+        raise NotImplementedError
 
     def ema_decay(self) -> float | None:
         """The decay of the EMA of the trained weights the job keeps (None: none), from the kind's own section."""

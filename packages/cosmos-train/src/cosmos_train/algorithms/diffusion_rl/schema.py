@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from transformers import TrainingArguments
 
 from ...config import ActivationBatch, LoraSection, PromptListData, RewardTable, Section
-from ..diffusion.schema import DiffusionJob, DiffusionTrainSection
+from ..diffusion.schema import NOT_CONFIGURED, DiffusionJob, DiffusionTrainSection
 
 # DiffusionNFT's and FlowGRPO's optimizer (`config/base.py`, `config/nft.py`): AdamW at a CONSTANT 3e-4.
 REFERENCE_OPTIMIZER: dict[str, Any] = {
@@ -67,8 +67,8 @@ class DiffusionRolloutSection(RolloutSection):
     height: int | None = Field(
         None,
         gt=0,
-        description="Sample height (default: the family's RL size, 512 for SD3 as the references, else the "
-        "pipeline's own).",
+        description="Sample height (default: the family's RL size, 512 for SD3 as the references, but never above "
+        "the pipeline's own size or what its transformer can position-embed; else the pipeline's own).",
     )
     width: int | None = Field(None, gt=0, description="Sample width (default: as height).")
     num_frames: int | None = Field(
@@ -136,6 +136,7 @@ class DiffusionRLJob(DiffusionJob):
     train: DiffusionTrainSection
 
     train_defaults: ClassVar[dict[str, Any]] = REFERENCE_OPTIMIZER
+    size_keys: ClassVar[tuple[str, str]] = ("[rollout] height", "[rollout] width")
 
     def train_timesteps(self) -> int:
         """Training timesteps per sample and rollout."""
@@ -164,9 +165,11 @@ class DiffusionRLJob(DiffusionJob):
     def forced_arguments(self) -> dict[str, Any]:
         return {"gradient_accumulation_steps": self.micro_batches_per_update()}
 
-    def sample_size(self, family: Any, pipeline_size: tuple = (None, None, None)) -> tuple:
+    def sample_size(
+        self, family: Any, pipeline_size: tuple = (None, None, None), max_side: int | None = None
+    ) -> tuple:
         """(height, width, frames) of the rollouts (`rl_sample_size`)."""
-        return rl_sample_size(self.rollout, family, pipeline_size)
+        return rl_sample_size(self.rollout, family, pipeline_size, max_side)
 
     def text_tokens(self, family: Any) -> int | None:
         """`[rollout]`'s text length, else the family's RL length (`rl_sample_defaults`), else None (the
@@ -175,8 +178,10 @@ class DiffusionRLJob(DiffusionJob):
             return self.rollout.max_sequence_length
         return family.rl_sample_defaults.get("max_sequence_length")
 
-    def activation_batch(self, args: Any, family: Any = None) -> ActivationBatch:
-        height, width, frames = self.sample_size(family)  # the pipeline's own size is unknown here
+    def activation_batch(
+        self, args: Any, family: Any = None, configured: tuple | None = None
+    ) -> ActivationBatch:
+        height, width, frames = self.sample_size(family, *(configured or NOT_CONFIGURED))
         size = (height or 512, width or height or 512, frames)
         return ActivationBatch(self.rollout.train_batch_size, size=size, text_tokens=self.text_tokens(family))
 
@@ -198,16 +203,27 @@ class DiffusionRLJob(DiffusionJob):
         return self
 
 
-def rl_sample_size(rollout: RolloutSection, family: Any, pipeline_size: tuple = (None, None, None)) -> tuple:
+def rl_sample_size(
+    rollout: RolloutSection,
+    family: Any,
+    pipeline_size: tuple = (None, None, None),
+    max_side: int | None = None,
+) -> tuple:
     """(height, width, frames) of the rollouts: `[rollout]`'s (width defaulting to height), else the family's RL
-    size (`rl_sample_defaults`: 512 for SD3, as the references), else `pipeline_size`, the pipeline's own default
-    (None where unknown)."""
+    size (`rl_sample_defaults`: 512 for SD3, as the references) but never above the pipeline's own size
+    (`pipeline_size`, its default) nor above what its transformer can take (`max_side`); None where unknown."""
     pipeline_height, pipeline_width, pipeline_frames = pipeline_size
     defaults = family.rl_sample_defaults
+
+    def default(key: str, pipeline_value: int | None) -> int | None:
+        chosen = defaults.get(key) or pipeline_value
+        known = [value for value in (chosen, pipeline_value, max_side) if value]
+        return min(known) if chosen else chosen
+
     height = getattr(rollout, "height", None)
     width = getattr(rollout, "width", None) or height
     return (
-        height or defaults.get("height", pipeline_height),
-        width or defaults.get("width", pipeline_width),
+        height or default("height", pipeline_height),
+        width or default("width", pipeline_width),
         getattr(rollout, "num_frames", None) or pipeline_frames,
     )

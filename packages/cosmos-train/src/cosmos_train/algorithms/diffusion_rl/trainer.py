@@ -64,7 +64,7 @@ class DiffusionRLTrainer(DiffusionTrainer):
         self.rewards = rewards
         self.rollout_config = config.rollout
         self.group_size = config.rollout.samples_per_prompt
-        self.size = config.sample_size(type(adapter), adapter.default_size())
+        self.size = config.sample_size(type(adapter), adapter.default_size(), adapter.max_sample_side())
         self._grids: dict[int, NoiseGrid] = {}
         self._buffer: list[dict[str, Any]] = []
         self._metrics: dict[str, list[float]] = defaultdict(list)

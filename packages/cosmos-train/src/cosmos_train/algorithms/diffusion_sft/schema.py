@@ -74,7 +74,12 @@ class DiffusionSFTJob(DiffusionJob):
     def ema_decay(self) -> float | None:
         return self.diffusion.ema_decay
 
-    def activation_batch(self, args: Any, family: Any = None) -> ActivationBatch:
+    def sample_size(self, family, pipeline_size=(None, None, None), max_side=None):
+        return self.data.height, self.data.width, self.data.num_frames
+
+    def activation_batch(
+        self, args: Any, family: Any = None, configured: tuple | None = None
+    ) -> ActivationBatch:
         size = (self.data.height, self.data.width, self.data.num_frames)
         return ActivationBatch(
             args.per_device_train_batch_size, size=size, text_tokens=self.diffusion.max_sequence_length

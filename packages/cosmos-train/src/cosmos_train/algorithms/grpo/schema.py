@@ -107,7 +107,9 @@ class GRPOJob(JobSchema):
     def reward_specs(self) -> list[RewardSpec]:
         return reward_specs(self.rewards)
 
-    def activation_batch(self, args: Any, family: Any = None) -> ActivationBatch:
+    def activation_batch(
+        self, args: Any, family: Any = None, configured: tuple | None = None
+    ) -> ActivationBatch:
         tokens = ASSUMED_PROMPT_TOKENS + args.max_completion_length
         return ActivationBatch(
             args.per_device_train_batch_size, tokens, prompt_tokens=ASSUMED_PROMPT_TOKENS, generates=True

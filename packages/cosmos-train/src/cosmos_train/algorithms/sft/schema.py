@@ -40,7 +40,9 @@ class SFTJob(JobSchema):
     data: ConversationData
     train: SFTTrainSection
 
-    def activation_batch(self, args: Any, family: Any = None) -> ActivationBatch:
+    def activation_batch(
+        self, args: Any, family: Any = None, configured: tuple | None = None
+    ) -> ActivationBatch:
         return ActivationBatch(args.per_device_train_batch_size, args.max_length or self.data.max_length)
 
     def training_arguments(self, source: str, launch: bool = True) -> SFTConfig:

@@ -28,6 +28,19 @@ class StableDiffusion3Adapter(DiffusionAdapter):
     rl_sample_defaults = {"height": 512, "width": 512, "max_sequence_length": 128}
     generation_batch = 16  # the pipeline draws each prompt's noise from its own generator
 
+    @classmethod
+    def configured_size(cls, configs):
+        """The pipeline's default is `sample_size` latents times the VAE's scale (1024 for SD3.5); the transformer
+        crops its positional embedding to the image, so a side above `pos_embed_max_size` patches fails
+        (`PatchEmbed.cropped_pos_embed`)."""
+        transformer, vae = configs.get("transformer", {}), configs.get("vae", {})
+        scale = 2 ** (len(vae.get("block_out_channels") or (0,) * 4) - 1)
+        sample = transformer.get("sample_size")
+        default = sample * scale if sample else None
+        limit = transformer.get("pos_embed_max_size")
+        patch = transformer.get("patch_size") or 1
+        return (default, default, None), (limit * patch * scale if limit else None)
+
     def encode_prompts(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         length = self.options.max_sequence_length or call_default(self.pipeline, "max_sequence_length")
         limits = f"CLIP {self.pipeline.tokenizer_max_length} tokens, T5 max_sequence_length {length}"
