@@ -356,7 +356,10 @@ def test_ddrl_log_ratio_has_no_variance_factor():
 
 
 # --------------------------------------------------------------------------------------------------------
-# One loss per algorithm, from its trainer, against the reference formula on the same model outputs
+# One loss per algorithm, from its trainer, against the reference formula on the same model outputs. Each test
+# first asserts that every term of its loss (and the ratio clip's effect) is over 10 times the tolerance, so that
+# dropping a term or scaling it by 10 or 1/10 fails: with the algorithms' own small KL weights the KL was 1e-7 of
+# the loss or less, and FlowGRPO's clip moved it by less than the tolerance.
 
 
 def perturb_lora(adapter, std: float = 0.05) -> None:
@@ -366,9 +369,9 @@ def perturb_lora(adapter, std: float = 0.05) -> None:
                 parameter.add_(torch.randn_like(parameter) * std)
 
 
-def first_micro_batch(trainer, batch):
+def first_micro_batch(trainer, batch, std: float = 0.05):
     inputs = trainer._prepare_inputs(batch)
-    perturb_lora(trainer.adapter)  # after the rollout: the ratio moves off 1, the KL's base differs
+    perturb_lora(trainer.adapter, std)  # after the rollout: the ratio moves off 1, the KL's base differs
     return inputs
 
 
@@ -380,9 +383,14 @@ def prompt_batch(job, count: int = 2):
 
 
 def test_nft_trainer_loss_is_the_reference(tmp_path, tiny):
-    job = read_job(write_rl_job(tmp_path, tiny("sd3"), kind="nft", rollout={"samples_per_prompt": 2}))
+    job = read_job(
+        write_rl_job(
+            tmp_path, tiny("sd3"), kind="nft", rollout={"samples_per_prompt": 2}, algorithm={"kl_beta": 1.0}
+        )
+    )
     trainer = build_diffusion_rl_trainer(job)
     inputs = first_micro_batch(trainer, prompt_batch(job))
+    trainer.old_policy.update(500)  # halfway to the trained weights: the old policy is not the KL's base
     adapter, nft = trainer.adapter, job.config.nft
     x0, sigmas, noise = inputs["x0"].double(), inputs["sigmas"].double(), inputs["noise"].double()
     t = sigmas.reshape(-1, 1, 1, 1)
@@ -407,17 +415,20 @@ def test_nft_trainer_loss_is_the_reference(tmp_path, tiny):
     expected = nft_reference(
         v_theta, v_old, noisy, x0, sigmas, inputs["r"].double(), nft.beta, nft.adv_clip_max
     )
-    expected = expected + nft.kl_beta * ((v_theta - v_ref) ** 2).mean()
+    kl_term = nft.kl_beta * ((v_theta - v_ref) ** 2).mean().item()
+    expected = expected.item() + kl_term
+    tolerance = 1e-6 * expected
+    assert kl_term > 10 * tolerance  # the policy term is the rest of the loss
     loss = trainer.compute_loss(trainer.model, inputs)
-    assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
+    assert loss.item() == pytest.approx(expected, rel=0, abs=tolerance)
 
 
 def test_flow_grpo_trainer_loss_is_the_reference(tmp_path, tiny):
     job = read_job(
-        write_rl_job(tmp_path, tiny("sana"), rollout={"guidance_scale": 3.0}, algorithm={"kl_beta": 0.04})
+        write_rl_job(tmp_path, tiny("sana"), rollout={"guidance_scale": 3.0}, algorithm={"kl_beta": 1.0})
     )
     trainer = build_diffusion_rl_trainer(job)
-    inputs = first_micro_batch(trainer, prompt_batch(job, 4))
+    inputs = first_micro_batch(trainer, prompt_batch(job, 4), std=0.2)  # a ratio well past the clip
     adapter, a = trainer.adapter, job.config.flow_grpo
     x, x_next = inputs["x"].double().numpy(), inputs["x_next"].double().numpy()
     s, s_next = inputs["sigma"], inputs["sigma_next"]
@@ -446,13 +457,17 @@ def test_flow_grpo_trainer_loss_is_the_reference(tmp_path, tiny):
     )
     ratio = np.exp(log_prob - inputs["old_log_prob"].numpy())
     advantages = np.clip(inputs["advantages"].double().numpy(), -5, 5)
+    unclipped = (-advantages * ratio).mean()
     policy = np.maximum(
         -advantages * ratio, -advantages * np.clip(ratio, 1 - a.clip_range, 1 + a.clip_range)
     ).mean()
     kl = (((mean - mean_ref) ** 2).mean(axis=(1, 2, 3)) / (2 * std_t**2)).mean()
-    assert abs(ratio - 1).max() > a.clip_range  # the clip acts on this batch
+    expected = policy + a.kl_beta * kl
+    tolerance = 1e-6 * expected
+    # The clip acts on this batch: the ratio is well past 1 +- clip_range.
+    assert min(abs(policy), policy - unclipped, a.kl_beta * kl) > 10 * tolerance
     loss = trainer.compute_loss(trainer.model, inputs)
-    assert loss.item() == pytest.approx(policy + a.kl_beta * kl, rel=1e-4, abs=1e-7)
+    assert loss.item() == pytest.approx(expected, rel=0, abs=tolerance)
 
 
 def test_ddrl_trainer_loss_is_the_reference(tmp_path, tiny):
@@ -499,6 +514,7 @@ def test_ddrl_trainer_loss_is_the_reference(tmp_path, tiny):
         mu_ref = mu_of(reference)
     ratio = np.exp(((sample - mu_old) ** 2 - (sample - mu_theta) ** 2).mean(axis=(1, 2, 3)))
     advantages = np.clip(inputs["advantages"].double().numpy(), -5, 5)
+    unclipped = (-advantages * ratio).mean()
     policy = np.maximum(
         -advantages * ratio, -advantages * np.clip(ratio, 1 - d.clip_range, 1 + d.clip_range)
     ).mean()
@@ -508,8 +524,11 @@ def test_ddrl_trainer_loss_is_the_reference(tmp_path, tiny):
     x0_pred = x0_of(adapter.transformer, clean + s * eps, s, inputs["conditioning"])
     data = ((s**2 + 1) / s**2 * (clean - x0_pred) ** 2).mean().item()
     expected = d.loss_scale * (policy + d.kl_beta * kl + d.data_beta * data)
+    tolerance = 1e-5 * expected  # the trainer's float32 2ab step and data term: 6e-8 off here
+    terms = (abs(policy), policy - unclipped, d.kl_beta * kl, d.data_beta * data)
+    assert d.loss_scale * min(terms) > 10 * tolerance
     loss = trainer.compute_loss(trainer.model, inputs)
-    assert loss.item() == pytest.approx(expected, rel=1e-4, abs=1e-7)
+    assert loss.item() == pytest.approx(expected, rel=0, abs=tolerance)
 
 
 def test_the_weighted_reward_sum_and_its_clip():
