@@ -48,11 +48,29 @@ def _train(job) -> None:
     typer.echo(f"trained model saved to {job.args.output_dir}")
 
 
-def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
+def _root(
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Debug logging, and the libraries' deprecation warnings."),
+    ] = False,
+) -> None:
     """Post-training for Cosmos3 and the models around it."""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
+    if not verbose:
+        quiet_libraries()
+
+
+def quiet_libraries() -> None:
+    """Leave out what the libraries say about their own future (torch's, DeepSpeed's, transformers'
+    FutureWarnings and DeprecationWarnings: a 2-process ZeRO-3 run printed hundreds, one per collective) and
+    torch's CUDA-less extension notices; `--verbose` shows them. Every launched process runs this."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
 class _JobCommand(typer.core.TyperCommand):
