@@ -124,6 +124,8 @@ def _stand_ins(recipe, stand_ins) -> list[str]:
                 stand_ins["video_pairs"] if video else REPO / "examples" / "data" / "pairs"
             )
             values[f"{section}.format"] = "folder"
+            # The stand-in's size: a tiny transformer positions far fewer patches than the real checkpoint.
+            values[f"{section}.height"] = values[f"{section}.width"] = 32
             if video:
                 values[f"{section}.num_frames"] = 9
         elif section == "data":
