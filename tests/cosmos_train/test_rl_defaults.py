@@ -50,6 +50,34 @@ def test_each_kind_trains_with_its_references_optimizer(tmp_path, tiny, kind, ex
     assert read_job(job_file, ["train.learning_rate=0.001"]).args.learning_rate == 1e-3  # the job's own wins
 
 
+def test_nft_takes_cosmos_rls_values_for_its_families(tmp_path, tiny):
+    """cosmos-rl's NFT configs: Cosmos-Predict2.5 kl_beta 1 and 12 samples per prompt, SANA LoRA r 4 / alpha 4;
+    SD3 keeps DiffusionNFT's, a job's own values win, and an absent [lora] stays absent (full fine-tuning)."""
+
+    def config(family, overrides=(), lora=True):
+        job_file = write_rl_job(tmp_path / family, tiny(family), kind="nft", lora=lora)
+        text = (
+            job_file.read_text().replace("samples_per_prompt = 4\n", "").replace("r = 16\nalpha = 32\n", "")
+        )
+        job_file.write_text(text)
+        return read_job(job_file, list(overrides)).config
+
+    cosmos = config("cosmos_predict2_5")
+    assert (cosmos.nft.kl_beta, cosmos.rollout.samples_per_prompt, cosmos.lora.r) == (1.0, 12, 32)
+    sana = config("sana")
+    assert (sana.nft.kl_beta, sana.rollout.samples_per_prompt, sana.lora.r, sana.lora.alpha) == (
+        1e-4,
+        24,
+        4,
+        4,
+    )
+    sd3 = config("sd3")
+    assert (sd3.nft.kl_beta, sd3.rollout.samples_per_prompt, sd3.lora.r, sd3.lora.alpha) == (1e-4, 24, 32, 64)
+    own = config("cosmos_predict2_5", ["nft.kl_beta=0.01", "rollout.samples_per_prompt=4", "lora.r=8"])
+    assert (own.nft.kl_beta, own.rollout.samples_per_prompt, own.lora.r) == (0.01, 4, 8)
+    assert config("sana", lora=False).lora is None
+
+
 # What sizes SD3.5-Medium's configs (stabilityai/stable-diffusion-3.5-medium, transformer/ and vae/ config.json).
 SD35_MEDIUM_CONFIGS = {
     "transformer": {"sample_size": 128, "patch_size": 2, "pos_embed_max_size": 384},

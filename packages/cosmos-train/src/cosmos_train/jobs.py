@@ -112,7 +112,8 @@ def read_job(
                 f"{source}: kind '{written}' is not a {entry.name} job; run `cosmos-train {command}` instead"
             )
     schema = entry.schema_class()
-    config = validate_job(resolve_paths({**data, "kind": entry.name}, schema, base), schema, source)
+    resolved = with_family_defaults(resolve_paths({**data, "kind": entry.name}, schema, base), schema, base)
+    config = validate_job(resolved, schema, source)
     check_sources(config, source, base, check_data_files)
     job = Job(config, source, entry)
     if runnable_here:
@@ -121,6 +122,36 @@ def read_job(
         check_runnable_here(config.launch.backend, source)
     job.settings  # noqa: B018  (builds and checks the trainer config: a bad [train] value fails here)
     return job
+
+
+def with_family_defaults(data: dict[str, Any], schema: type[JobSchema], base: Path) -> dict[str, Any]:
+    """`data` with the schema's `family_defaults` for its `[model]` pipeline's class under the keys it leaves out; a
+    model that cannot be read gets none here (`check_sources` reports it after validation)."""
+    model = data.get("model")
+    if (
+        not schema.family_defaults
+        or not isinstance(model, dict)
+        or not isinstance(model.get("name_or_path"), str)
+    ):
+        return data
+    from .model_sources import model_file, read_json
+
+    try:
+        index_file = model_file(
+            model["name_or_path"], "model_index.json", "[model]", "a diffusers pipeline", base
+        )
+        index = read_json(index_file, "[model]")
+    except (SourceError, ConfigError):
+        return data
+    data = dict(data)
+    for key, values in schema.family_defaults.get(index.get("_class_name"), {}).items():
+        section = data.get(key)
+        # An absent optional section stays absent: a default [lora] must not turn LoRA on.
+        if section is None and schema.model_fields[key].default is None:
+            continue
+        if section is None or isinstance(section, dict):
+            data[key] = {**values, **(section or {})}
+    return data
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -227,6 +227,11 @@ class JobSchema(Section):
     # `[train]` may change them): the reference implementations' optimizer settings.
     train_defaults: ClassVar[dict[str, Any]] = {}
 
+    # Defaults by the pipeline's class (`model_index.json`'s `_class_name`), where this kind's reference trains a
+    # family with other values than the schema's: {pipeline class: {section: {key: value}}}. `read_job` applies
+    # them before validation to keys the job leaves out, and to an optional section (`[lora]`) only when present.
+    family_defaults: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {}
+
     def training_arguments(self, source: str) -> Any:
         """The trainer's TRL / transformers config for this job (raises `ConfigError`)."""
         raise NotImplementedError

@@ -7,7 +7,7 @@ rollout feeds `[rollout] updates_per_rollout` optimizer steps (1, as the referen
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -84,6 +84,15 @@ class NFTJob(DiffusionRLJob):
     rollout: NFTRolloutSection = NFTRolloutSection()
     eval: NFTEvalSection | None = eval_field()
     nft: NFTSection = NFTSection()
+
+    # cosmos-rl's NFT configs where they differ from DiffusionNFT's (SD3) defaults: `configs/cosmos-predict2-5/
+    # cosmos-predict2-5-2b-720-nft.toml` (kl_beta 1, n_generation 12), `configs/sana/sana-image-nft.toml` and
+    # `sana-video-nft.toml` (LoRA r 4 / alpha 4; video: n_generation 8). A job's own values win.
+    family_defaults: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {
+        "Cosmos2_5_PredictBasePipeline": {"nft": {"kl_beta": 1.0}, "rollout": {"samples_per_prompt": 12}},
+        "SanaPipeline": {"lora": {"r": 4, "alpha": 4}},
+        "SanaVideoPipeline": {"lora": {"r": 4, "alpha": 4}, "rollout": {"samples_per_prompt": 8}},
+    }
 
     @model_validator(mode="after")
     def _guidance_off(self):
