@@ -134,13 +134,10 @@ def with_family_defaults(data: dict[str, Any], schema: type[JobSchema], base: Pa
         or not isinstance(model.get("name_or_path"), str)
     ):
         return data
-    from .model_sources import model_file, read_json
+    from .model_sources import pipeline_index
 
     try:
-        index_file = model_file(
-            model["name_or_path"], "model_index.json", "[model]", "a diffusers pipeline", base
-        )
-        index = read_json(index_file, "[model]")
+        _, index = pipeline_index(model["name_or_path"], "[model]", base)
     except (SourceError, ConfigError):
         return data
     data = dict(data)

@@ -351,12 +351,10 @@ def meta_pipeline(section) -> dict[str, torch.nn.Module]:
     ones in `[model] dtype`, the transformer in float32, as `diffusion.loading.load_adapter` loads them)."""
     from transformers import AutoConfig, PreTrainedModel
 
-    from .model_sources import model_file, read_json
+    from .model_sources import model_file, pipeline_index
 
     where = "[model] name_or_path"
-    index = read_json(
-        model_file(section.name_or_path, "model_index.json", where, "a diffusers pipeline"), where
-    )
+    _, index = pipeline_index(section.name_or_path, where)
     dtype = getattr(torch, section.dtype)
     modules = {}
     for name, spec in index.items():

@@ -31,6 +31,13 @@ def model_file(name_or_path: str, filename: str, key: str, what: str, base: Path
     return _hub_file(name_or_path, filename, key, what, missing_folder)
 
 
+def pipeline_index(name_or_path: str, key: str, base: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """A diffusers pipeline's `model_index.json` (folder or hub id; no weights): its path and its contents, for the
+    job's `key` ("[model] name_or_path")."""
+    path = model_file(name_or_path, "model_index.json", key, "a diffusers pipeline", base)
+    return path, read_json(path, key)
+
+
 def read_json(path: Path, key: str) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text())

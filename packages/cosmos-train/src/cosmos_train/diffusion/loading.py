@@ -22,11 +22,10 @@ def pipeline_adapter_class(section: PipelineSection, key: str = "[model]", base:
     """The adapter class for `[model]`'s pipeline, from its `model_index.json` (no weights are read): the one
     `[model] adapter` names, else its family's (`diffusion/families/`). Raises a one-line SourceError or
     ConfigError naming `key`."""
-    from ..model_sources import custom_code_files, model_file, read_json
+    from ..model_sources import custom_code_files, pipeline_index
 
     where = f"{key} name_or_path"
-    index_file = model_file(section.name_or_path, "model_index.json", where, "a diffusers pipeline", base)
-    index = read_json(index_file, where)
+    index_file, index = pipeline_index(section.name_or_path, where, base)
     if "_class_name" not in index:
         raise SourceError(f"{where}: {index_file} names no pipeline class (_class_name)")
     custom = custom_code_files(index_file.parent, index)
