@@ -61,6 +61,8 @@ for archive in archives:
     if archive.name.startswith("cosmos_train"):
         assert any("_sample_data/shapes/llava.json" in n for n in names), f"{archive.name}: no shapes sample"
         assert any("_sample_data/pairs/0001.png" in n for n in names), f"{archive.name}: no pairs sample"
+        # Without it every job still validates, only after torch and TRL import.
+        assert any("config/trainer_fields.json" in n for n in names), f"{archive.name}: no trainer_fields.json"
         # The benchmarks' domains (GenEval-mini, arithmetic) live beside their benchmarks, not in the wheel.
         domains = [n for n in names if any(f"cosmos_train/{d}" in n for d in ("geneval_mini", "arithmetic", "checksums"))]
         assert not domains, f"{archive.name}: ships benchmark domains {domains[:3]}"

@@ -37,10 +37,7 @@ def reference(schema: type[BaseModel]) -> list[SectionReference]:
     for name, field in schema.model_fields.items():
         model = _section_model(field.annotation)
         if name == "train":
-            config = getattr(model, "config_class", None)
-            source = (
-                f"{config.__module__.split('.')[0]}.{config.__name__}" if config else "the trainer's config"
-            )
+            source = getattr(model, "config_class", None) or "the trainer's config"
             summary = f"The fields of `{source}`, verbatim, each checked."
             defaults = getattr(schema, "train_defaults", {})
             if defaults:

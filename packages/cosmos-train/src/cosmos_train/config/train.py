@@ -4,17 +4,15 @@ and a sensible range."""
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import logging
-import typing
 import warnings
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, create_model
 
 from ..errors import ConfigError, first_line
 from .sections import JobPath, Section
+from .trainer_fields import tracker_names, trainer_fields
 
 logger = logging.getLogger(__name__)
 
@@ -68,74 +66,62 @@ TRAINING_RANGES: dict[str, Any] = {
 
 
 def _report_to(value: str | list[str] | None) -> str | list[str] | None:
-    """Known tracker names only, and installed ones: a typo would otherwise surface after the model loads."""
-    from transformers.integrations.integration_utils import (
-        INTEGRATION_TO_CALLBACK,
-        get_available_reporting_integrations,
-    )
-
+    """Known tracker names only: a typo would otherwise surface after the model loads (whether each is installed is
+    checked with the trainer config, where transformers is imported anyway)."""
     names = [value] if isinstance(value, str) else list(value or [])
-    known = sorted(INTEGRATION_TO_CALLBACK)
+    known = tracker_names()
     for name in names:
-        if name in ("all", "none"):
-            continue
-        if name not in known:
+        if name not in ("all", "none") and name not in known:
             raise ValueError(f"unknown tracker '{name}'; expected none, all or one of {', '.join(known)}")
-        if name not in get_available_reporting_integrations():
-            raise ValueError(f"tracker '{name}' is not installed (pip install {name})")
     return value
 
 
+def _check_trackers_installed(train: Section, source: str) -> None:
+    from transformers.integrations.integration_utils import get_available_reporting_integrations
+
+    value = getattr(train, "report_to", None)
+    for name in [value] if isinstance(value, str) else list(value or []):
+        if name not in ("all", "none") and name not in get_available_reporting_integrations():
+            raise ConfigError(
+                f"{source}: [train] report_to: tracker '{name}' is not installed (pip install {name})"
+            )
+
+
 def trainer_section(
-    config_class: type,
+    config_class: str | type,
     *,
     name: str,
     overrides: dict[str, tuple[Any, Any]] | None = None,
     paths: tuple[str, ...] = ("output_dir", "logging_dir"),
 ) -> type[Section]:
-    """A strict `[train]` section whose keys are `config_class`'s init fields.
+    """A strict `[train]` section whose keys are the init fields of `config_class`: a class, or a reference to one
+    (`"trl:SFTConfig"`), which is read without importing it where the installed version's snapshot allows
+    (`trainer_fields`).
 
     Every field is optional (absent means the dataclass's own default) and validated strictly against its
     annotation, its `choices` metadata and `TRAINING_RANGES`. `overrides` replaces `(annotation, default)`
     for fields the job treats differently; `paths` are resolved against the job file.
     """
-    hints = typing.get_type_hints(config_class)
     fields: dict[str, Any] = {}
-    for field in dataclasses.fields(config_class):
-        if not field.init:
-            continue
-        annotation = hints[field.name]
-        choices = field.metadata.get("choices") or _enum_values(annotation)
-        if choices:
-            annotation = (
-                Literal[tuple(choices)] | None if _admits_none(annotation) else Literal[tuple(choices)]
-            )
-        extras = [TRAINING_RANGES[field.name]] if field.name in TRAINING_RANGES else []
-        if field.name == "report_to":
+    for field_name, annotation in trainer_fields(config_class):
+        extras = [TRAINING_RANGES[field_name]] if field_name in TRAINING_RANGES else []
+        if field_name == "report_to":
             extras.append(AfterValidator(_report_to))
-        if field.name in paths:
+        if field_name in paths:
             extras.append(JobPath())
         default: Any = None
-        if overrides and field.name in overrides:
-            annotation, default = overrides[field.name]
+        if overrides and field_name in overrides:
+            annotation, default = overrides[field_name]
         if extras:
             annotation = Annotated[annotation, *extras]
-        fields[field.name] = (annotation, default)
-    section = create_model(
-        name, __base__=Section, __doc__=f"`[train]`: {config_class.__name__}'s fields.", **fields
-    )
-    section.config_class = config_class  # for the job-file reference
+        fields[field_name] = (annotation, default)
+    if isinstance(config_class, str):
+        module, _, class_name = config_class.partition(":")
+    else:
+        module, class_name = config_class.__module__, config_class.__name__
+    section = create_model(name, __base__=Section, __doc__=f"`[train]`: {class_name}'s fields.", **fields)
+    section.config_class = f"{module.split('.')[0]}.{class_name}"  # for the job-file reference
     return section
-
-
-def _enum_values(annotation: Any) -> list[str]:
-    """The values of an `Enum | str` field (transformers' strategies, schedulers, optimizers)."""
-    members = [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, enum.Enum)]
-    return [member.value for member in members[0]] if members else []
-
-
-def _admits_none(annotation: Any) -> bool:
-    return annotation is type(None) or type(None) in typing.get_args(annotation)
 
 
 def build_training_arguments(
@@ -164,6 +150,7 @@ def build_training_arguments(
             arguments = config_class(**{**(defaults or {}), **given, **(forced or {})})
     except (TypeError, ValueError) as error:
         raise ConfigError(f"{source}: [train] {first_line(error)}") from None
+    _check_trackers_installed(train, source)
     # Deprecations of the dataclass's own defaults are not the user's business; those of their keys are.
     for warning in caught:
         if any(f"`{key}`" in str(warning.message) for key in given):

@@ -4,19 +4,21 @@ model inputs."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
-from transformers import TrainingArguments
 
 from ...config import JobSchema, LoraSection, PipelineSection, build_training_arguments, trainer_section
 from ...launch import backend_arguments, device_defaults
+
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
 
 # `DiffusionAdapter.configured_size` when the pipeline's configs are not at hand: nothing known.
 NOT_CONFIGURED = ((None, None, None), None)
 
 DiffusionTrainSection = trainer_section(
-    TrainingArguments,
+    "transformers:TrainingArguments",
     name="DiffusionTrainSection",
     overrides={
         "output_dir": (str, ...),
@@ -56,6 +58,8 @@ class DiffusionJob(JobSchema):
         return {}
 
     def training_arguments(self, source: str, launch: bool = True) -> TrainingArguments:
+        from transformers import TrainingArguments
+
         forced = {
             "remove_unused_columns": False,
             **(backend_arguments(self.launch.backend) if launch else {}),

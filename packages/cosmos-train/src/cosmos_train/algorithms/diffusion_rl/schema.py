@@ -15,7 +15,6 @@ import math
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
-from transformers import TrainingArguments
 
 from ...config import ActivationBatch, LoraSection, PromptListData, RewardTable, Section
 from ..diffusion.schema import NOT_CONFIGURED, DiffusionJob, DiffusionTrainSection
@@ -153,6 +152,8 @@ class DiffusionRLJob(DiffusionJob):
 
     def rollout_chunks(self) -> int:
         """The chunks of at most `[rollout] train_batch_size` samples each rollout (of this process) is cut into."""
+        from transformers import TrainingArguments
+
         defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
         prompts = self.train.per_device_train_batch_size or defaults["per_device_train_batch_size"]
         return math.ceil(prompts * self.rollout.samples_per_prompt / self.rollout.train_batch_size)

@@ -8,10 +8,9 @@ type- and range-checked. `[rewards]` maps reward names to weights (`cosmos_train
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
-from trl import GRPOConfig
 
 from ...config import (
     ActivationBatch,
@@ -28,6 +27,9 @@ from ...config import (
     trainer_section,
 )
 from ...launch import backend_arguments, device_defaults
+
+if TYPE_CHECKING:
+    from trl import GRPOConfig
 
 ASSUMED_PROMPT_TOKENS = 512  # `estimate-memory`'s prompt tokens per completion (TRL does not cap them)
 
@@ -74,7 +76,7 @@ class GRPOEvalSection(PromptData):
 
 
 GRPOTrainSection = trainer_section(
-    GRPOConfig,
+    "trl:GRPOConfig",
     name="GRPOTrainSection",
     overrides={
         "output_dir": (str, ...),
@@ -117,10 +119,14 @@ class GRPOJob(JobSchema):
 
     def weight_copies(self) -> tuple[str, ...]:
         # TRL keeps a reference model for beta > 0; a LoRA reaches the base by disabling its adapters instead.
+        from trl import GRPOConfig
+
         beta = self.train.beta if self.train.beta is not None else GRPOConfig.beta
         return ("reference",) if beta > 0 and self.lora is None else ()
 
     def training_arguments(self, source: str, launch: bool = True) -> GRPOConfig:
+        from trl import GRPOConfig
+
         forced: dict[str, Any] = {
             "reward_weights": [spec.weight for spec in self.reward_specs()],
             "model_init_kwargs": None,

@@ -7,10 +7,9 @@ contradict them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
-from trl import SFTConfig
 
 from ...config import (
     ActivationBatch,
@@ -23,8 +22,11 @@ from ...config import (
 )
 from ...launch import backend_arguments, device_defaults
 
+if TYPE_CHECKING:
+    from trl import SFTConfig
+
 SFTTrainSection = trainer_section(
-    SFTConfig,
+    "trl:SFTConfig",
     name="SFTTrainSection",
     overrides={
         "output_dir": (str, ...),
@@ -46,6 +48,8 @@ class SFTJob(JobSchema):
         return ActivationBatch(args.per_device_train_batch_size, args.max_length or self.data.max_length)
 
     def training_arguments(self, source: str, launch: bool = True) -> SFTConfig:
+        from trl import SFTConfig
+
         forced: dict[str, Any] = {
             "max_length": self.data.max_length,
             "packing": self.data.packing,
