@@ -5,6 +5,7 @@ classes give, and an installed version it was not taken from must fall back to t
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -85,3 +86,24 @@ def test_a_malformed_job_is_refused_before_the_heavy_imports(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+def test_a_wrong_value_is_refused_before_the_model_is_looked_up(tmp_path, monkeypatch):
+    """Family defaults need the pipeline's `model_index.json` (a download for a hub id, retried for ~25 s offline);
+    a wrong value or an unknown key is refused first, since no default can change it."""
+    import cosmos_train.model_sources as model_sources
+    from cosmos_train.config import ConfigError
+    from cosmos_train.jobs import read_job
+
+    looked_up = []
+    monkeypatch.setattr(
+        model_sources, "pipeline_index", lambda *args, **kwargs: looked_up.append(args) or 1 / 0
+    )
+    job = EXAMPLES / "diffusion_rl" / "tiny_sd3_nft.toml"
+    for override, message in (
+        ("train.learning_rate=fast", "[train] learning_rate: Input should be a valid number"),
+        ("rollout.heigth=64", "[rollout] unknown key 'heigth' (did you mean 'height'?)"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            read_job(job, [override, "model.name_or_path=some-org/some-pipeline"], kind="nft")
+    assert looked_up == []

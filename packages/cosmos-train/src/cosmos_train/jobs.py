@@ -31,6 +31,7 @@ from .config import (
     entry_parameters,
     job_kind,
     read_toml,
+    refuse_given_values,
     resolve_paths,
     validate_job,
 )
@@ -112,7 +113,10 @@ def read_job(
                 f"{source}: kind '{written}' is not a {entry.name} job; run `cosmos-train {command}` instead"
             )
     schema = entry.schema_class()
-    resolved = with_family_defaults(resolve_paths({**data, "kind": entry.name}, schema, base), schema, base)
+    resolved = resolve_paths({**data, "kind": entry.name}, schema, base)
+    if schema.family_defaults:
+        refuse_given_values(resolved, schema, source)
+    resolved = with_family_defaults(resolved, schema, base)
     config = validate_job(resolved, schema, source)
     check_sources(config, source, base, check_data_files)
     job = Job(config, source, entry)

@@ -106,6 +106,29 @@ def validate_job(data: dict[str, Any], schema: type[JobSchema], source: str) -> 
         raise _one_line(error, schema, source) from None
 
 
+def refuse_given_values(data: dict[str, Any], schema: type[JobSchema], source: str) -> None:
+    """Raise the job's errors now when each is in a value it gives, or is a key or section it should not have:
+    filling the keys it leaves out (family defaults, which need its model looked up: a download for a hub id, or a
+    wait for retries offline) cannot change those."""
+    try:
+        schema.model_validate(data)
+    except ValidationError as error:
+        if all(_in_a_given_value(detail, data) for detail in error.errors()):
+            raise _one_line(error, schema, source) from None
+
+
+def _in_a_given_value(detail: dict[str, Any], data: dict[str, Any]) -> bool:
+    loc, kind = detail["loc"], detail["type"]
+    if kind == "extra_forbidden":
+        return True
+    if kind == "missing" or not loc or loc[0] not in data:
+        return False
+    if len(loc) == 1:  # the section itself: not a table (a check across its keys could change)
+        return kind != "value_error"
+    section = data[loc[0]]
+    return isinstance(section, dict) and loc[1] in section
+
+
 def job_kind(data: dict[str, Any], source: str) -> str | None:
     """The job file's `kind` (None when it has none)."""
     kind = data.get("kind")
