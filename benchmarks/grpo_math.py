@@ -10,7 +10,7 @@ before training and every `--every` steps.
 
 Variants (TRL's losses, our dynamic sampling):
 - `grpo`     loss_type "grpo", per-group std scaling (DeepSeekMath);
-- `dapo`     loss_type "dapo", clip-higher 0.28, dynamic sampling (zero-spread groups replaced);
+- `dapo`     loss_type "dapo", clip-higher 0.28, dynamic sampling (zero-spread groups replaced by fresh ones);
 - `dr_grpo`  loss_type "dr_grpo", no std scaling (Dr. GRPO);
 - `gspo`     sequence-level importance ratios clipped to [1 - 3e-4, 1 + 4e-4] (GSPO);
 - `grpo` once more with `[rollout] shared_prompt = false`, for the wall-clock of shared-prompt rollouts.
@@ -118,6 +118,8 @@ def run(variant: str, base: Path, work: Path, seed: int, steps: int, every: int,
             e.get("step_time", 0.0) for e in history
         ),  # TRL's, per step: evaluations excluded
         "dropped_groups": sum(e.get("dynamic_sampling/dropped_groups", 0.0) for e in history),
+        # The most extra rounds one batch needed to fill with groups with spread (the run stops past 9).
+        "most_extra_rounds": max((e.get("dynamic_sampling/extra_rounds", 0.0) for e in history), default=0.0),
     }
     print(
         f"  {variant:22s} seed {seed}: held-out {curve[0]['accuracy']:.3f} -> {curve[-1]['accuracy']:.3f} in "
@@ -142,6 +144,7 @@ def summarise(runs: list[dict], target: float) -> dict:
         ],
         "train_seconds": [r["train_seconds"] for r in runs],
         "dropped_groups": [r["dropped_groups"] for r in runs],
+        "most_extra_rounds": [r["most_extra_rounds"] for r in runs],
         "curves": [r["curve"] for r in runs],
     }
 

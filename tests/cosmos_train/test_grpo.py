@@ -24,6 +24,7 @@ from cosmos_train import tiny_models as tiny
 from cosmos_train.algorithms.grpo.trainer import EpochSeededRepeatSampler, _merge_rollouts, run_grpo
 from cosmos_train.cli import app
 from cosmos_train.data import load_video
+from cosmos_train.errors import RunError
 from cosmos_train.jobs import read_job
 from cosmos_train.rewards import RewardError
 
@@ -193,15 +194,29 @@ def test_dynamic_sampling_trains_only_on_groups_with_reward_spread(tmp_path, tex
     dropped = [
         entry["dynamic_sampling/dropped_groups"] for entry in filtered.state.log_history if "reward" in entry
     ]
-    kept_flat = [
-        entry["dynamic_sampling/zero_spread_groups_kept"]
-        for entry in filtered.state.log_history
-        if "reward" in entry
-    ]
-    assert sum(dropped) > 0 and kept_flat == [0.0, 0.0]
+    assert sum(dropped) > 0
     assert (batches[0]["advantages"] != 0).all()
     run(False)
     assert (batches[1]["advantages"] == 0).any()  # without the filter, flat groups train with zero advantage
+
+
+def test_dynamic_sampling_stops_rather_than_train_on_groups_without_spread(tmp_path, text_lm, monkeypatch):
+    """DAPO never fills a batch with zero-spread groups (their tokens would count in the loss's denominator): when
+    `max_resample_rounds` extra rounds leave it short, the run stops with one line saying why, before a step."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "flat_reward.py").write_text(
+        "def same(completions, **kw):\n    return [1.0] * len(completions)\n"
+    )
+    extra = "[rollout]\ndynamic_sampling = true\nmax_resample_rounds = 2\n"
+    job = grpo_job(tmp_path, text_lm, rewards={"flat_reward:same": 1.0}, train={"max_steps": 2}, extra=extra)
+    with pytest.raises(RunError) as raised:
+        run_grpo(read_job(job))
+    message = str(raised.value)
+    assert message.startswith(
+        "[rollout] dynamic_sampling: after 2 extra rounds at step 0, 1 of the batch's 1 "
+    )
+    assert "max_resample_rounds" in message and "\n" not in message
+    assert not list((tmp_path / "run").glob("checkpoint-*"))
 
 
 def test_merge_rollouts_repads_prompts_left_and_completions_right():
@@ -402,5 +417,4 @@ def test_two_process_grpo_with_video_prompts_and_dynamic_sampling(tmp_path, vlm,
     logs = [entry for entry in state["log_history"] if "reward" in entry]
     assert len(logs) == 3
     assert sum(entry["dynamic_sampling/dropped_groups"] for entry in logs) > 0
-    assert all(entry["dynamic_sampling/zero_spread_groups_kept"] == 0 for entry in logs)
     assert (tmp_path / "run" / "model.safetensors").is_file()

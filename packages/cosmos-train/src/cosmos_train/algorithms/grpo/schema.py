@@ -42,10 +42,15 @@ class GRPORolloutSection(Section):
         description="Prefill each prompt once and share its KV cache among its samples (transformers generation).",
     )
     dynamic_sampling: bool = Field(
-        False, description="DAPO: drop groups whose rewards have zero spread and refill with new prompts."
+        False,
+        description="DAPO: drop groups whose rewards have zero spread and sample new prompts until the batch is "
+        "full of groups with spread.",
     )
     max_resample_rounds: int = Field(
-        3, ge=1, description="Extra generation rounds per batch that dynamic sampling may spend."
+        9,
+        ge=1,
+        description="Extra generation rounds per batch that dynamic sampling may spend; a batch still short of "
+        "groups with spread then stops the run (DAPO's max_num_gen_batches, 10 in its recipe: 9 extra rounds).",
     )
 
 

@@ -17,8 +17,9 @@ What `CosmosGRPOTrainer` adds to TRL's trainer:
   each prompt `num_generations` times, through the vision tower too. Here each distinct prompt is
   prefilled once and its KV cache repeated for its K samples (`_generate_single_turn`).
 - **Dynamic sampling** (DAPO, `[rollout] dynamic_sampling`): groups whose rewards have no spread teach
-  nothing; they are dropped and the batch is refilled with fresh prompts, for up to `max_resample_rounds`
-  extra rounds.
+  nothing; they are dropped and fresh prompts are sampled until the batch is full of groups with spread, as DAPO
+  does. Past `max_resample_rounds` extra rounds the run stops with an error (DAPO's `max_num_gen_batches`): no
+  zero-spread group is ever trained on.
 - **Bit-equal resume**: each epoch's prompt order is drawn from `seed + epoch` (`EpochSeededRepeatSampler`),
   and a checkpoint inside a generation cycle keeps the buffered rollout its next steps train on.
 """
@@ -42,6 +43,7 @@ from ...config import ConfigError
 from ...data import DataError
 from ...data.chat_prompts import load_prompts
 from ...data.collate import encode_prompts, media_token_ids, messages_with_media
+from ...errors import RunError
 from ...jobs import Job
 from ...launch.zero3 import held_bytes, is_partitioned
 from ...models import load_model, lora_config
@@ -404,7 +406,9 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
     # --- dynamic sampling (DAPO) -----------------------------------------------------------------------
 
     def _dynamic_sampling(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """Keep the groups whose rewards differ; refill from fresh prompts for up to `max_resample_rounds`.
+        """Keep the groups whose rewards differ; sample fresh prompts until the batch is full of them, for at most
+        `max_resample_rounds` extra rounds (then stop: padding with zero-spread groups would put their tokens in
+        the loss's denominator, which DAPO never does).
 
         Groups stay on their process (the config checks the local batch holds whole groups), and every
         process runs the same number of rounds, since each rollout gathers rewards across processes.
@@ -412,34 +416,37 @@ class CosmosGRPOTrainer(CrashSafeTrainerMixin, GRPOTrainer):
         size = self.num_generations
         wanted = len(inputs) // size
         informative: list[tuple[dict[str, Any], list[int]]] = []
-        uninformative: list[tuple[dict[str, Any], list[int]]] = []
         rounds, dropped, batch = 0, 0, inputs
         while True:
             output = self._scored_rollout(batch)
             spread = self._group_has_spread(len(batch))
-            for group, has_spread in enumerate(spread.tolist()):
-                rows = list(range(group * size, (group + 1) * size))
-                (informative if has_spread else uninformative).append((output, rows))
+            informative += [
+                (output, list(range(group * size, (group + 1) * size)))
+                for group, has_spread in enumerate(spread.tolist())
+                if has_spread
+            ]
             dropped += int((~spread).sum())
-            done = torch.tensor([float(len(informative) >= wanted)], device=self.accelerator.device)
-            if (
-                self.accelerator.gather(done).min().item() == 1.0
-                or rounds == self.rollout.max_resample_rounds
-            ):
+            short = torch.tensor([max(0, wanted - len(informative))], device=self.accelerator.device)
+            short_total = int(self.accelerator.gather(short).sum().item())
+            if short_total == 0:
                 break
+            if rounds == self.rollout.max_resample_rounds:
+                raise RunError(
+                    f"[rollout] dynamic_sampling: after {rounds} extra rounds at step {self.state.global_step}, "
+                    f"{short_total} of the batch's {wanted * self.accelerator.num_processes} groups still lack "
+                    "reward spread (every answer to their prompts scores the same): raise "
+                    "[rollout] max_resample_rounds, or make the prompts or rewards tell answers apart"
+                )
             rounds += 1
             batch = self._fresh_groups(wanted, rounds)
-        chosen = (informative + uninformative)[:wanted]  # short of informative groups: zero-advantage ones
-        merged = _merge_rollouts(chosen, self._tokenizer.pad_token_id)
+        merged = _merge_rollouts(informative[:wanted], self._tokenizer.pad_token_id)
         loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
         merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         # Totals over every process (each rank logs its own values otherwise).
-        counts = torch.tensor([dropped, max(0, wanted - len(informative))], device=self.accelerator.device)
-        dropped_total, flat_kept = self.accelerator.gather(counts).view(-1, 2).sum(dim=0).tolist()
+        dropped_total = self.accelerator.gather(torch.tensor([dropped], device=self.accelerator.device)).sum()
         metrics = self._metrics["train"]
-        metrics["dynamic_sampling/dropped_groups"].append(float(dropped_total))
+        metrics["dynamic_sampling/dropped_groups"].append(float(dropped_total.item()))
         metrics["dynamic_sampling/extra_rounds"].append(float(rounds))
-        metrics["dynamic_sampling/zero_spread_groups_kept"].append(float(flat_kept))
         return merged
 
     def _group_has_spread(self, rows: int) -> torch.Tensor:
