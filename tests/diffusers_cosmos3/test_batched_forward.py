@@ -1,6 +1,7 @@
 """The batched Cosmos3 training forward equals upstream's per-sample forward: outputs and gradients."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -10,8 +11,10 @@ from diffusers_cosmos3.batched import (
     Cosmos3ReasonerCache,
     Cosmos3TrainingSample,
     batched_forward,
+    batched_outputs,
     pack_samples,
     per_sample_forward,
+    per_sample_outputs,
 )
 from diffusers_cosmos3.testing import build_pipeline
 
@@ -179,3 +182,101 @@ def test_edge_family_and_reasoner_cache():
     replayed = batched_forward(transformer, packed, cache=cache)
     assert_same(replayed, reference)
     assert_same_grads(grads(transformer, replayed, samples), reference_grads)
+
+
+# --- action modes ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def action_pipeline():
+    return build_pipeline(action=True)
+
+
+def make_action_samples(pipeline, seed=0):
+    """Policy (frame 0 clean, actions noisy), forward dynamics (frame 0 and every action clean), inverse
+    dynamics (every frame clean, actions noisy), and a policy with a clean state row first at offset 0, on
+    different domains, chunk lengths and timesteps."""
+    channels = pipeline.transformer.config.latent_channel
+    action_dim = pipeline.transformer.config.action_dim
+    generator = torch.Generator().manual_seed(seed)
+    specs = [  # prompt, (latent frames, h, w), clean frames, action rows, clean steps, domain, offset, t
+        ("push the block", (3, 2, 4), (0,), 8, (), 4, 1, 600.0),
+        ("open the drawer", (2, 2, 2), (0,), 4, tuple(range(4)), 5, 1, 400.0),
+        ("pick up the cup", (3, 2, 2), (0, 1, 2), 8, (), 8, 1, 800.0),
+        ("close the gripper", (2, 4, 2), (0,), 5, (0,), 8, 0, 250.0),
+    ]
+    samples = []
+    for prompt, (frames, h, w), clean, rows, clean_steps, domain, offset, timestep in specs:
+        pixel_frames = (frames - 1) * pipeline.vae_scale_factor_temporal + 1
+        ids, _ = pipeline.tokenize_prompt(
+            prompt, num_frames=pixel_frames, height=h * 16, width=w * 16, action_mode="policy"
+        )
+        sigma = timestep / 1000
+        x0 = torch.randn(channels, frames, h, w, generator=generator)
+        x_t = sigma * torch.randn(channels, frames, h, w, generator=generator) + (1 - sigma) * x0
+        a0 = torch.zeros(rows, action_dim)
+        a0[:, :7] = torch.randn(rows, 7, generator=generator)  # a raw width of 7, zero-padded
+        a_t = sigma * torch.randn(rows, action_dim, generator=generator) + (1 - sigma) * a0
+        a_t[:, 7:] = 0
+        samples.append(
+            Cosmos3TrainingSample(
+                ids, x0, x_t, timestep, clean, fps=10.0, action_x0=a0, action_noisy=a_t,
+                action_condition_steps=clean_steps, domain_id=domain, action_start_offset=offset,
+            )
+        )  # fmt: skip
+    return samples
+
+
+def action_loss(outputs, samples, seed=2):
+    """Masked MSE of vision and actions against fixed random targets, on the noisy frames and steps."""
+    generator = torch.Generator().manual_seed(seed)
+    total = loss_of(outputs.sample if hasattr(outputs, "sample") else [o.sample[0] for o in outputs], samples)
+    actions = outputs.action if hasattr(outputs, "action") else [o.action[0] for o in outputs]
+    for pred, sample in zip(actions, samples, strict=True):
+        noisy = sample.noisy_action_steps()
+        target = torch.randn(pred.shape, generator=generator)
+        if noisy:
+            total = total + (pred[noisy, :7] - target[noisy, :7]).square().mean()
+    return total
+
+
+@pytest.mark.parametrize("attention", ["segments", "mask"])
+def test_action_samples_equal_per_sample_forward(action_pipeline, attention):
+    """Vision and action velocities, and every gradient, of several action samples in one call equal
+    upstream's forward one sample at a time (all three modes and a state row in the same batch)."""
+    transformer = action_pipeline.transformer
+    samples = make_action_samples(action_pipeline)
+    reference = per_sample_outputs(transformer, action_pipeline, samples)
+    transformer.zero_grad(set_to_none=True)
+    action_loss(reference, samples).backward()
+    reference_grads = {n: p.grad.clone() for n, p in transformer.named_parameters() if p.grad is not None}
+    assert any(n.startswith("action_proj_in") for n in reference_grads)
+
+    outputs = batched_outputs(transformer, pack_samples(action_pipeline, samples), attention=attention)
+    assert_same(outputs.sample, [o.sample[0] for o in reference])
+    assert_same(outputs.action, [o.action[0] for o in reference])
+    # Upstream's convention: zeros at clean steps (forward dynamics: all of them; the state row).
+    assert not outputs.action[1].any() and not outputs.action[3][0].any() and outputs.action[3][1:].any()
+    transformer.zero_grad(set_to_none=True)
+    action_loss(outputs, samples).backward()
+    grads_now = {n: p.grad.clone() for n, p in transformer.named_parameters() if p.grad is not None}
+    assert_same_grads(grads_now, reference_grads)
+
+
+def test_action_positions_follow_the_frames(action_pipeline):
+    """Action j sits on pixel frame j + 1 (offset 1, upstream's) or j (offset 0, a state row first); the domain
+    picks the projection rows, so another domain changes the prediction."""
+    samples = make_action_samples(action_pipeline)[:1]
+    packed = pack_samples(action_pipeline, samples).kwargs
+    shifted = pack_samples(action_pipeline, [dataclasses.replace(samples[0], action_start_offset=0)]).kwargs
+    action_positions = packed["position_ids"][:, packed["action_sequence_indexes"]]
+    shifted_positions = shifted["position_ids"][:, shifted["action_sequence_indexes"]]
+    step = action_positions[0, 1] - action_positions[0, 0]
+    torch.testing.assert_close(action_positions[0] - shifted_positions[0], step.expand(8), atol=2e-3, rtol=0)
+    transformer = action_pipeline.transformer
+    with torch.no_grad():
+        one = transformer(**packed).action[0]
+        other = transformer(
+            **pack_samples(action_pipeline, [dataclasses.replace(samples[0], domain_id=9)]).kwargs
+        ).action[0]
+    assert not torch.allclose(one, other)

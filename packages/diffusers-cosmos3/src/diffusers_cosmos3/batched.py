@@ -12,6 +12,10 @@ own sample's AR keys and DM keys (full). The output equals the per-sample native
     packed = pack_samples(pipeline, [sample, ...])
     preds = batched_forward(pipeline.transformer, packed)   # [1, C, T, H, W] each, zeros at clean frames
 
+Action samples (a transformer built with `action_gen`: policy, forward and inverse dynamics) add their action
+tokens after their vision tokens, with upstream's `_prepare_action_segment` positions, and
+`batched_outputs(...).action` gives one `[T, action_dim]` velocity per sample (zeros at clean steps).
+
 The per-sample inputs come from the pipeline's own helpers (`_prepare_text_segment`,
 `_prepare_vision_segment`), so positions, noisy-frame indexes and timestep placement are upstream's.
 `Cosmos3ReasonerCache` keeps the frozen reasoner's keys/values per prompt, so later calls with the same
@@ -42,7 +46,16 @@ class Cosmos3TrainingSample:
     `noisy`: the noised latent `x_t = t * eps + (1 - t) * x0` of the same shape.
     `timestep`: `sigma * 1000` (the scheduler's timestep, as the pipeline passes it).
     `condition_frames`: latent frames fed clean (t2i / t2v: none, i2v: `(0,)`, v2v: `(0, 1)`).
-    `fps`: video frame rate, for upstream's fps-modulated temporal positions.
+    `fps`: video frame rate, for upstream's fps-modulated temporal positions (also the actions').
+
+    Action modes (a transformer with `action_gen`), all optional:
+    `action_x0` / `action_noisy`: `[T, action_dim]` clean and noised actions (channels past the domain's raw
+    width zero), read like the latents: clean steps from `action_x0`, the rest from `action_noisy`.
+    `action_condition_steps`: the clean action steps (forward dynamics: all; policy and inverse dynamics: none,
+    or the state row 0).
+    `domain_id`: the embodiment's row in the domain-aware action projections.
+    `action_start_offset`: 1 puts action j on pixel frame j + 1, the frame its transition ends on (diffusers'
+    pipeline); 0 puts row 0 on frame 0 (cosmos-framework with a state row first, `use_state`).
     """
 
     input_ids: Sequence[int]
@@ -51,6 +64,41 @@ class Cosmos3TrainingSample:
     timestep: float | torch.Tensor
     condition_frames: Sequence[int] = ()
     fps: float = 24.0
+    action_x0: torch.Tensor | None = None
+    action_noisy: torch.Tensor | None = None
+    action_condition_steps: Sequence[int] = ()
+    domain_id: int = 0
+    action_start_offset: int = 1
+
+    @property
+    def has_action(self) -> bool:
+        return self.action_x0 is not None
+
+    def actions(self) -> torch.Tensor:
+        """The transformer's action input `[T, action_dim]`: clean steps from `action_x0`, the rest from
+        `action_noisy`."""
+        if self.action_x0 is None or self.action_noisy is None:
+            raise ValueError("an action sample needs both action_x0 and action_noisy")
+        if self.action_x0.shape != self.action_noisy.shape or self.action_x0.ndim != 2:
+            raise ValueError(
+                f"action_x0 {tuple(self.action_x0.shape)} and action_noisy {tuple(self.action_noisy.shape)} "
+                "must both be [T, action_dim]"
+            )
+        steps = self.clean_action_steps()
+        if not steps:
+            return self.action_noisy
+        tokens = self.action_noisy.clone()
+        tokens[steps] = self.action_x0[steps]
+        return tokens
+
+    def clean_action_steps(self) -> list[int]:
+        steps = 0 if self.action_x0 is None else self.action_x0.shape[0]
+        return sorted({int(i) for i in self.action_condition_steps if 0 <= int(i) < steps})
+
+    def noisy_action_steps(self) -> list[int]:
+        clean = set(self.clean_action_steps())
+        steps = 0 if self.action_x0 is None else self.action_x0.shape[0]
+        return [i for i in range(steps) if i not in clean]
 
     def latents(self) -> torch.Tensor:
         """The transformer's vision input `[1, C, T, H, W]`: clean frames from `x0`, the rest from `noisy`."""
@@ -107,8 +155,10 @@ def pack_samples(pipeline, samples: Sequence[Cosmos3TrainingSample]) -> Cosmos3P
     texts = [pipeline._prepare_text_segment(list(s.input_ids), device=device) for s in samples]
     und_total = sum(t["und_len"] for t in texts)
 
-    visions, latents = [], []
-    curr = und_total  # vision of sample i starts after all text and the vision before it
+    visions, latents, actions = [], [], []
+    curr = (
+        und_total  # the generator tokens of sample i (vision, then actions) follow all text and those before
+    )
     for sample, text in zip(samples, texts, strict=True):
         latent = sample.latents().to(device=device, dtype=dtype)
         clean = sample.clean_frames()
@@ -124,17 +174,24 @@ def pack_samples(pipeline, samples: Sequence[Cosmos3TrainingSample]) -> Cosmos3P
         curr += vision["num_vision_tokens"]
         visions.append(vision)
         latents.append(latent)
+        if sample.has_action:
+            action = _action_segment(pipeline, sample, text["vision_start_temporal_offset"], curr, device)
+            curr += action["action_len"]
+            actions.append(action)
+    if actions and len(actions) != len(samples):
+        raise ValueError("pack_samples: either every sample has actions or none does")
 
     timesteps = [
         torch.full((v["num_noisy_vision_tokens"],), float(s.timestep), device=device)
         for s, v in zip(samples, visions, strict=True)
     ]
+    mrope = [t["text_mrope_ids"] for t in texts]
+    for index, vision in enumerate(visions):
+        mrope += [vision["vision_mrope_ids"]] + ([actions[index]["action_mrope_ids"]] if actions else [])
     kwargs = {
         "input_ids": torch.cat([t["input_ids"] for t in texts]),
         "text_indexes": torch.arange(und_total, device=device),
-        "position_ids": torch.cat(
-            [t["text_mrope_ids"] for t in texts] + [v["vision_mrope_ids"] for v in visions], dim=1
-        ),
+        "position_ids": torch.cat(mrope, dim=1),
         "und_len": und_total,
         "sequence_length": curr,
         "vision_tokens": latents,
@@ -144,17 +201,78 @@ def pack_samples(pipeline, samples: Sequence[Cosmos3TrainingSample]) -> Cosmos3P
         "vision_timesteps": torch.cat(timesteps),
         "vision_noisy_frame_indexes": [idx for v in visions for idx in v["vision_noisy_frame_indexes"]],
     }
+    if actions:
+        kwargs |= {
+            "action_tokens": [s.actions().to(device=device, dtype=dtype) for s in samples],
+            "action_token_shapes": [shape for a in actions for shape in a["action_token_shapes"]],
+            "action_sequence_indexes": torch.cat([a["action_sequence_indexes"] for a in actions]),
+            "action_mse_loss_indexes": torch.cat([a["action_mse_loss_indexes"] for a in actions]),
+            "action_timesteps": torch.cat(
+                [
+                    torch.full((a["num_noisy_action_tokens"],), float(s.timestep), device=device)
+                    for s, a in zip(samples, actions, strict=True)
+                ]
+            ),
+            "action_noisy_frame_indexes": [idx for a in actions for idx in a["action_noisy_frame_indexes"]],
+            "action_domain_ids": [
+                torch.tensor([s.domain_id], dtype=torch.long, device=device) for s in samples
+            ],
+        }
+    gen_lengths = [
+        v["num_vision_tokens"] + (actions[i]["action_len"] if actions else 0) for i, v in enumerate(visions)
+    ]
     return Cosmos3PackedBatch(
         kwargs=kwargs,
         und_lengths=[t["und_len"] for t in texts],
-        gen_lengths=[v["num_vision_tokens"] for v in visions],
+        gen_lengths=gen_lengths,
         prompts=[tuple(int(i) for i in s.input_ids) for s in samples],
     )
 
 
+def _action_segment(
+    pipeline, sample: Cosmos3TrainingSample, mrope_offset, curr: int, device
+) -> dict[str, Any]:
+    """Upstream's action segment; with `action_start_offset` 0 (a state row first) its positions start one frame
+    earlier, computed by the same mRoPE helper."""
+    tokens = sample.actions()
+    segment = pipeline._prepare_action_segment(
+        input_action_tokens=tokens,
+        condition_frame_indexes=sample.clean_action_steps(),
+        mrope_offset=mrope_offset,
+        action_fps=sample.fps,
+        curr=curr,
+        device=device,
+    )
+    if sample.action_start_offset == 1:
+        return segment
+    if sample.action_start_offset != 0:
+        raise ValueError(f"action_start_offset must be 0 or 1, got {sample.action_start_offset}")
+    from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import get_3d_mrope_ids_vae_tokens
+
+    config = pipeline.transformer.config
+    mrope_ids, _ = get_3d_mrope_ids_vae_tokens(
+        grid_t=tokens.shape[0],
+        grid_h=1,
+        grid_w=1,
+        temporal_offset=mrope_offset,
+        reset_spatial_indices=config.unified_3d_mrope_reset_spatial_ids,
+        fps=sample.fps if config.enable_fps_modulation else None,
+        base_fps=float(config.base_fps),
+        temporal_compression_factor=1,
+        base_temporal_compression_factor=pipeline.vae_scale_factor_temporal,
+        start_frame_offset=0,
+    )
+    return {**segment, "action_mrope_ids": mrope_ids.to(device)}
+
+
+def per_sample_outputs(transformer, pipeline, samples: Sequence[Cosmos3TrainingSample]) -> list[Any]:
+    """The reference: upstream's forward with its own processors, one sample per call (its output objects)."""
+    return [transformer(**pack_samples(pipeline, [s]).kwargs) for s in samples]
+
+
 def per_sample_forward(transformer, pipeline, samples: Sequence[Cosmos3TrainingSample]) -> list[torch.Tensor]:
-    """The reference: upstream's forward with its own processors, one sample per call."""
-    return [transformer(**pack_samples(pipeline, [s]).kwargs).sample[0] for s in samples]
+    """The reference's vision predictions, one `[1, C, T, H, W]` per sample."""
+    return [output.sample[0] for output in per_sample_outputs(transformer, pipeline, samples)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -422,8 +540,14 @@ def _generator_only(packed: Cosmos3PackedBatch) -> dict[str, Any]:
     kw["position_ids"] = kw["position_ids"][:, und:]
     kw["und_len"] = 0
     kw["sequence_length"] -= und
-    kw["vision_sequence_indexes"] = kw["vision_sequence_indexes"] - und
-    kw["vision_mse_loss_indexes"] = kw["vision_mse_loss_indexes"] - und
+    for key in (
+        "vision_sequence_indexes",
+        "vision_mse_loss_indexes",
+        "action_sequence_indexes",
+        "action_mse_loss_indexes",
+    ):
+        if key in kw:
+            kw[key] = kw[key] - und
     return kw
 
 
@@ -440,11 +564,22 @@ def batched_forward(
     attention: Attention = "segments",
     cache: Cosmos3ReasonerCache | None = None,
 ) -> list[torch.Tensor]:
-    """Velocity predictions for every packed sample in one call of upstream's forward.
+    """The vision velocities of `batched_outputs`: one `[1, C, T, H, W]` per sample."""
+    return batched_outputs(transformer, packed, attention, cache).sample
+
+
+def batched_outputs(
+    transformer,
+    packed: Cosmos3PackedBatch,
+    attention: Attention = "segments",
+    cache: Cosmos3ReasonerCache | None = None,
+):
+    """Velocity predictions for every packed sample in one call of upstream's forward, as upstream's
+    `Cosmos3OmniTransformerOutput` (`sample`: vision; `action`: one `[T, action_dim]` per action sample).
 
     `transformer` may be wrapped by DDP / DeepSpeed: the attention processors are installed on the module
     inside, and the wrapper's forward is called.
-    Returns upstream's convention: one `[1, C, T, H, W]` tensor per sample, zeros at the clean frames.
+    Upstream's convention: zeros at the clean frames and action steps.
     With `cache`, prompts seen before skip the reasoner (their AR keys/values are replayed); a batch
     with any unseen prompt runs the full sequence and records them.
     """
@@ -465,4 +600,4 @@ def batched_forward(
     kwargs = _generator_only(packed) if replay else packed.kwargs
     # Processors go on the inner module; the call goes through the wrapper, so DDP still syncs gradients.
     with segment_attention(module, processor):
-        return transformer(**kwargs).sample
+        return transformer(**kwargs)
