@@ -23,7 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic_core import core_schema
+from pydantic import PlainValidator
 
 SNAPSHOT = Path(__file__).with_name("trainer_fields.json")
 
@@ -133,7 +133,8 @@ def decode(encoded: Any) -> Any:
         container = list if tag == "list" else dict
         return container[tuple(decode(item) for item in value)] if value else container
     if tag == "object":
-        return Annotated[Any, NotFromAJobFile(value)]
+        marker = NotFromAJobFile(value)
+        return Annotated[Any, marker, PlainValidator(marker.refuse)]
     raise ValueError(f"{SNAPSHOT.name}: unknown annotation tag {tag!r}")
 
 
@@ -143,10 +144,7 @@ class NotFromAJobFile:
 
     class_name: str
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(self._refuse)
-
-    def _refuse(self, value: Any) -> Any:
+    def refuse(self, value: Any) -> Any:
         raise ValueError(f"takes a {self.class_name.rsplit('.', 1)[-1]} object, which a job file cannot give")
 
 

@@ -1,0 +1,197 @@
+"""Cosmos3's action modes (policy, forward dynamics, inverse dynamics) built as upstream's pipeline builds them, for
+training: the conditioning canvas and its latents, the structured JSON caption's tokens, which frames and steps are
+clean, and the noised sample the batched forward takes.
+
+Upstream's `Cosmos3OmniPipeline(action=CosmosActionCondition(...))` samples one action chunk per call and has no
+loss. Each helper here calls the pipeline's own private step (`_prepare_action_video_conditioning`,
+`_encode_video`, `_remove_action_video_padding_from_latent`, `tokenize_prompt(action_mode=...)`,
+`_prepare_action_segment` through `batched.pack_samples`), so a training forward equals the transformer call the
+pipeline makes for the same inputs (`tests/diffusers_cosmos3/test_actions.py` pins it per mode). What upstream
+cannot express, as cosmos-framework trains it, is a setting: any raw action width (LIBERO's 10-D has no entry in
+upstream's table), a clean state row first at offset 0 (`use_state`), the dataset's fps, and no system prompt.
+
+    settings = ActionSettings("policy", chunk_size=16, domain="libero", raw_action_dim=10, fps=20, resolution_tier=256)
+    x0, canvas = conditioning_latents(pipe, frames, settings)          # frames: [T+1, H, W, 3] uint8
+    ids, uncond_ids = action_prompt_ids(pipe, "put the bowl on the plate", settings, canvas)
+    sample = noised_sample(ids, x0, pad_actions(actions, action_dim), settings, sigma, eps, eps_action)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from .batched import Cosmos3TrainingSample
+
+ActionMode = Literal["policy", "forward_dynamics", "inverse_dynamics"]
+ACTION_MODES: tuple[str, ...] = ("policy", "forward_dynamics", "inverse_dynamics")
+
+# cosmos-framework's domain ids that upstream's table lacks (`domain_utils.py`); several names share an id on purpose:
+# the id picks projection rows, not a dataset.
+EXTRA_DOMAIN_IDS = {
+    "xdof_yam": 16,
+    "molmoact2_yam": 16,
+    "abc_yam": 16,
+    "robotwin": 17,
+    "drawanything": 21,
+    "behavior1k_lerobot": 22,
+    "maniparena": 23,
+}
+
+
+def domain_ids() -> dict[str, int]:
+    """Every embodiment name with its row in the domain-aware action projections: upstream's, then
+    cosmos-framework's extra ones."""
+    from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _EMBODIMENT_TO_DOMAIN_ID
+
+    return {**EXTRA_DOMAIN_IDS, **_EMBODIMENT_TO_DOMAIN_ID}
+
+
+def domain_id(domain: str | int, num_domains: int | None = None) -> int:
+    """The projection row of `domain` (a name, or an id used as is)."""
+    if isinstance(domain, int):
+        index = domain
+    else:
+        known = domain_ids()
+        if domain not in known:
+            raise ValueError(
+                f"unknown Cosmos3 embodiment domain {domain!r}; known: {', '.join(sorted(known))}"
+            )
+        index = known[domain]
+    if index < 0 or (num_domains is not None and index >= num_domains):
+        raise ValueError(f"domain id {index} is outside the model's {num_domains} action domains")
+    return index
+
+
+@dataclass(frozen=True)
+class ActionSettings:
+    """How one action sample is laid out.
+
+    `chunk_size` actions describe transitions between `chunk_size + 1` frames. `raw_action_dim` is the domain's
+    action width (channels past it are zero). `use_state` puts the current state as a clean row 0 before the
+    actions, at offset 0 (cosmos-framework's DROID policy); `fps` is the dataset's, which places the action tokens
+    in time and enters the caption. `use_system_prompt=False` is how cosmos-framework trains.
+    """
+
+    mode: ActionMode
+    chunk_size: int
+    domain: str | int
+    raw_action_dim: int
+    fps: float
+    resolution_tier: int = 480
+    view_point: str | None = "ego_view"
+    use_state: bool = False
+    use_system_prompt: bool = False
+
+    def __post_init__(self):
+        if self.mode not in ACTION_MODES:
+            raise ValueError(f"action mode must be one of {', '.join(ACTION_MODES)}, got {self.mode!r}")
+        if self.chunk_size < 1 or self.raw_action_dim < 1 or self.fps <= 0:
+            raise ValueError("chunk_size and raw_action_dim must be positive, and fps above 0")
+
+    @property
+    def num_frames(self) -> int:
+        return self.chunk_size + 1
+
+    @property
+    def action_rows(self) -> int:
+        """Action tokens: the chunk, plus the state row when `use_state`."""
+        return self.chunk_size + int(self.use_state)
+
+    @property
+    def action_start_offset(self) -> int:
+        return 0 if self.use_state else 1
+
+    def clean_frames(self, latent_frames: int) -> list[int]:
+        """Clean vision latent frames: the first (policy, forward dynamics) or all (inverse dynamics)."""
+        return list(range(latent_frames)) if self.mode == "inverse_dynamics" else [0]
+
+    def clean_steps(self) -> list[int]:
+        """Clean action rows: all of them for forward dynamics (they are its input), and the state row."""
+        if self.mode == "forward_dynamics":
+            return list(range(self.action_rows))
+        return [0] if self.use_state else []
+
+
+def conditioning_latents(pipe, frames, settings: ActionSettings) -> tuple[torch.Tensor, tuple[int, int]]:
+    """The clean vision latents `[C, T, h, w]` of `chunk_size + 1` frames on the tier's canvas, cropped to the
+    content as the pipeline crops them, and the canvas `(height, width)` (which the caption states).
+
+    `frames`: `[T, H, W, 3]` uint8 (numpy or torch), a list of PIL images, or anything the pipeline's
+    `CosmosActionCondition.video` takes; fewer than `chunk_size + 1` frames repeat the last, as upstream does."""
+    if hasattr(frames, "shape") and len(frames.shape) == 4 and frames.shape[-1] == 3:
+        # Upstream reads a uint8 numpy frame as floats in [0, 1]: pixels go in as [T, 3, H, W] in [0, 1].
+        frames = torch.as_tensor(frames).permute(0, 3, 1, 2).float() / 255.0
+    device, dtype = pipe._execution_device, pipe.transformer.dtype
+    video, image_size, height, width = pipe._prepare_action_video_conditioning(
+        frames, settings.resolution_tier, settings.num_frames, device=device, dtype=dtype
+    )
+    latents = pipe._encode_video(video).contiguous().float()
+    latents = pipe._remove_action_video_padding_from_latent(latents, image_size)
+    return latents[0], (height, width)
+
+
+def action_prompt_ids(
+    pipe, task: str, settings: ActionSettings, canvas: tuple[int, int], negative_prompt: str = ""
+) -> tuple[list[int], list[int]]:
+    """The pipeline's tokens for the structured action caption of `task`, and its unconditional tokens (what a
+    dropped caption trains, for CFG)."""
+    height, width = canvas
+    return pipe.tokenize_prompt(
+        task,
+        negative_prompt=negative_prompt,
+        num_frames=settings.num_frames,
+        height=height,
+        width=width,
+        fps=settings.fps,
+        use_system_prompt=settings.use_system_prompt,
+        action_mode=settings.mode,
+        action_view_point=settings.view_point,
+    )
+
+
+def pad_actions(actions: torch.Tensor, action_dim: int) -> torch.Tensor:
+    """`[T, raw]` actions zero-padded on the channel axis to the model's `action_dim`, as the pipeline pads them."""
+    actions = torch.as_tensor(actions, dtype=torch.float32)
+    if actions.ndim != 2 or actions.shape[1] > action_dim:
+        raise ValueError(
+            f"actions must be [T, D] with D <= the model's action_dim {action_dim}, got {tuple(actions.shape)}"
+        )
+    return torch.nn.functional.pad(actions, (0, action_dim - actions.shape[1]))
+
+
+def noised_sample(
+    input_ids,
+    x0: torch.Tensor,
+    actions: torch.Tensor,
+    settings: ActionSettings,
+    sigma: float | torch.Tensor,
+    noise: torch.Tensor,
+    action_noise: torch.Tensor,
+) -> Cosmos3TrainingSample:
+    """One training sample: `x_t = sigma * eps + (1 - sigma) * x0` for the vision latents and the padded actions
+    (`[action_rows, action_dim]`, the state row first when `use_state`), with one sigma shared by both (as
+    cosmos-framework trains) and the channels past `raw_action_dim` zero; clean frames and steps are taken from x0
+    by the sample."""
+    sigma_value = float(sigma)
+    if actions.shape[0] != settings.action_rows:
+        raise ValueError(
+            f"expected {settings.action_rows} action rows for {settings}, got {actions.shape[0]}"
+        )
+    noisy_actions = sigma_value * action_noise + (1 - sigma_value) * actions
+    noisy_actions[:, settings.raw_action_dim :] = 0
+    return Cosmos3TrainingSample(
+        input_ids,
+        x0=x0,
+        noisy=sigma_value * noise + (1 - sigma_value) * x0,
+        timestep=sigma_value * 1000,
+        condition_frames=settings.clean_frames(x0.shape[-3]),
+        fps=settings.fps,
+        action_x0=actions,
+        action_noisy=noisy_actions,
+        action_condition_steps=settings.clean_steps(),
+        domain_id=domain_id(settings.domain),
+        action_start_offset=settings.action_start_offset,
+    )

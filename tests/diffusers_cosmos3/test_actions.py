@@ -1,0 +1,138 @@
+"""A training sample built by `diffusers_cosmos3.actions` is the transformer call upstream's
+`Cosmos3OmniPipeline(action=CosmosActionCondition(...))` makes for the same frames, task, actions and noise: the
+same tokens, positions, indexes, timesteps and domain ids, and so the same velocities, in each mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import CosmosActionCondition
+from PIL import Image
+
+from diffusers_cosmos3.actions import (
+    ActionSettings,
+    action_prompt_ids,
+    conditioning_latents,
+    domain_id,
+    noised_sample,
+    pad_actions,
+)
+from diffusers_cosmos3.batched import Cosmos3TrainingSample, batched_outputs, pack_samples
+from diffusers_cosmos3.testing import build_pipeline
+
+torch.set_num_threads(1)
+
+DOMAIN, RAW_DIM, CHUNK, FPS, TASK = "bridge_orig_lerobot", 10, 4, 10.0, "put the spoon in the pot"
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return build_pipeline(action=True)
+
+
+@pytest.fixture(scope="module")
+def window():
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, size=(CHUNK + 1, 48, 64, 3), dtype=np.uint8)
+    actions = torch.from_numpy(rng.standard_normal((CHUNK, RAW_DIM)).astype(np.float32))
+    return frames, actions
+
+
+def pipeline_call(pipe, mode, frames, actions):
+    """The kwargs and outputs of the transformer call the pipeline makes at its first step."""
+    calls = []
+    original = pipe.transformer.forward
+
+    def record(**kwargs):
+        output = original(**kwargs)
+        calls.append((kwargs, output))
+        return output
+
+    condition = CosmosActionCondition(
+        mode=mode,
+        chunk_size=CHUNK,
+        domain_name=DOMAIN,
+        resolution_tier=256,
+        raw_actions=actions if mode == "forward_dynamics" else None,
+        # PIL images: upstream reads a uint8 numpy frame as if it were floats in [0, 1].
+        video=[Image.fromarray(f) for f in frames] if mode == "inverse_dynamics" else None,
+        image=Image.fromarray(frames[0]) if mode != "inverse_dynamics" else None,
+    )
+    pipe.transformer.forward = record
+    try:
+        pipe(
+            prompt=TASK, action=condition, num_inference_steps=1, guidance_scale=1.0, fps=FPS,
+            use_system_prompt=False, output_type="latent", generator=torch.Generator().manual_seed(0),
+        )  # fmt: skip
+    finally:
+        del pipe.transformer.forward
+    return calls[0]
+
+
+@pytest.mark.parametrize("mode", ["policy", "forward_dynamics", "inverse_dynamics"])
+def test_a_training_sample_is_the_pipelines_transformer_call(pipe, window, mode):
+    frames, actions = window
+    settings = ActionSettings(mode, CHUNK, DOMAIN, RAW_DIM, FPS, resolution_tier=256)
+    theirs, their_output = pipeline_call(pipe, mode, frames, actions)
+
+    x0, canvas = conditioning_latents(pipe, frames, settings)
+    ids, _ = action_prompt_ids(pipe, TASK, settings, canvas)
+    action_dim = pipe.transformer.config.action_dim
+    action_x0 = pad_actions(
+        actions if mode == "forward_dynamics" else torch.zeros(CHUNK, RAW_DIM), action_dim
+    )
+    timestep = torch.cat([theirs["vision_timesteps"], theirs["action_timesteps"]])[0].item()
+    sample = Cosmos3TrainingSample(
+        ids, x0=x0, noisy=theirs["vision_tokens"][0], timestep=timestep,
+        condition_frames=settings.clean_frames(x0.shape[1]), fps=FPS, action_x0=action_x0,
+        action_noisy=theirs["action_tokens"][0], action_condition_steps=settings.clean_steps(),
+        domain_id=domain_id(DOMAIN),
+    )  # fmt: skip
+    ours = pack_samples(pipe, [sample]).kwargs
+
+    assert ours.keys() <= theirs.keys()
+    for key, value in ours.items():
+        expected = theirs[key]
+        if isinstance(value, list):
+            assert len(value) == len(expected), key
+            for a, b in zip(value, expected, strict=True):
+                assert torch.equal(torch.as_tensor(a), torch.as_tensor(b)), key
+        elif isinstance(value, torch.Tensor):
+            assert torch.equal(value, expected.to(value.dtype)), key
+        else:
+            assert value == expected, key
+    with torch.no_grad():
+        output = pipe.transformer(**ours)
+        batched = batched_outputs(pipe.transformer, pack_samples(pipe, [sample, sample]))
+    their_vision, _, their_action = their_output  # the pipeline calls with return_dict=False
+    for got in (output, batched):
+        torch.testing.assert_close(got.sample[0], their_vision[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got.action[0], their_action[0], atol=1e-5, rtol=1e-5)
+
+
+def test_noised_sample_shares_sigma_and_keeps_clean_parts(pipe, window):
+    """One sigma for vision and actions; padded channels zero; forward dynamics keeps every action clean, a state
+    row is clean at offset 0."""
+    frames, actions = window
+    action_dim = pipe.transformer.config.action_dim
+    settings = ActionSettings("policy", CHUNK, DOMAIN, RAW_DIM, FPS, resolution_tier=256, use_state=True)
+    x0, _ = conditioning_latents(pipe, frames, settings)
+    rows = pad_actions(torch.cat([torch.ones(1, RAW_DIM), actions]), action_dim)
+    generator = torch.Generator().manual_seed(1)
+    eps, eps_a = torch.randn(x0.shape, generator=generator), torch.randn(rows.shape, generator=generator)
+    sample = noised_sample([1, 2, 3], x0, rows, settings, 0.3, eps, eps_a)
+    torch.testing.assert_close(sample.noisy, 0.3 * eps + 0.7 * x0)
+    torch.testing.assert_close(
+        sample.action_noisy[:, :RAW_DIM], 0.3 * eps_a[:, :RAW_DIM] + 0.7 * rows[:, :RAW_DIM]
+    )
+    assert not sample.action_noisy[:, RAW_DIM:].any() and sample.timestep == pytest.approx(300.0)
+    assert sample.clean_action_steps() == [0] and sample.action_start_offset == 0
+    assert torch.equal(sample.actions()[0], rows[0]) and sample.clean_frames() == [0]
+    fd = ActionSettings("forward_dynamics", CHUNK, DOMAIN, RAW_DIM, FPS)
+    assert fd.clean_steps() == list(range(CHUNK)) and ActionSettings(
+        "inverse_dynamics", CHUNK, DOMAIN, RAW_DIM, FPS
+    ).clean_frames(3) == [0, 1, 2]
+    with pytest.raises(ValueError, match="unknown Cosmos3 embodiment domain 'lebiro'"):
+        domain_id("lebiro")
+    assert domain_id("libero") == 5 and domain_id("behavior1k_lerobot") == 22
