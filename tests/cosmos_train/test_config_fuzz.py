@@ -271,6 +271,37 @@ resume_from_checkpoint = true
 [launch]
 backend = "ddp"
 """,
+    "action-sft": """
+kind = "action-sft"
+[model]
+name_or_path = "cosmos3_pipeline"
+dtype = "bfloat16"
+[data]
+path = "robot"
+cameras = ["observation.images.top"]
+action_columns = ["action"]
+state_columns = ["observation.state"]
+normalization = "mean_std"
+stride = 2
+[action]
+mode = "policy"
+chunk_size = 4
+domain = "pusht"
+use_state = true
+resolution_tier = 256
+caption_dropout = 0.1
+action_lr_multiplier = 5.0
+action_heads = "fresh"
+[train]
+output_dir = "runs/x"
+learning_rate = 1e-4
+max_steps = 10
+per_device_train_batch_size = 2
+seed = 1
+report_to = "none"
+[launch]
+backend = "ddp"
+""",
 }
 
 
@@ -394,6 +425,7 @@ def generated_cases(kind: str) -> list[Case]:
 
 SFT = GOOD_JOBS["sft"]
 GRPO = GOOD_JOBS["grpo"]
+ACTION = GOOD_JOBS["action-sft"]
 
 
 def _sub(old: str, new: str) -> str:
@@ -659,6 +691,60 @@ WRITTEN = [
         "grpo",
         GRPO.replace("max_resample_rounds = 2", "max_resample_rounds = 0"),
         ("[rollout]", "max_resample_rounds"),
+    ),  # Action jobs: what the dataset's meta says, the domain, the sections' agreement.
+    Case(
+        "action-column-missing",
+        "action-sft",
+        ACTION.replace('action_columns = ["action"]', 'action_columns = ["actions"]'),
+        ("[data]", "robot", "actions"),
+    ),
+    Case(
+        "action-camera-missing",
+        "action-sft",
+        ACTION.replace('cameras = ["observation.images.top"]', 'cameras = ["observation.images.wrist"]'),
+        ("[data]", "observation.images.wrist"),
+    ),
+    Case(
+        "action-chunk-too-long",
+        "action-sft",
+        ACTION.replace("chunk_size = 4", "chunk_size = 40"),
+        ("[data]", "chunk_size + 1 = 41 frames"),
+    ),
+    Case(
+        "action-domain-unknown",
+        "action-sft",
+        ACTION.replace('domain = "pusht"', 'domain = "pushtt"'),
+        ("[action] domain", "unknown Cosmos3 embodiment domain 'pushtt' (did you mean 'pusht'?)"),
+    ),
+    Case(
+        "action-state-without-columns",
+        "action-sft",
+        ACTION.replace('state_columns = ["observation.state"]\n', ""),
+        ("[action] use_state needs [data] state_columns",),
+    ),
+    Case(
+        "action-layout-cameras",
+        "action-sft",
+        ACTION.replace("stride = 2", 'stride = 2\nlayout = "wrist_over_pair"'),
+        ("wrist_over_pair", "3 camera(s)"),
+    ),
+    Case(
+        "action-not-cosmos3",
+        "action-sft",
+        ACTION.replace('name_or_path = "cosmos3_pipeline"', 'name_or_path = "pipeline"'),
+        ("[model]", "Cosmos2_5_PredictBasePipeline", "Cosmos3OmniPipeline"),
+    ),
+    Case(
+        "action-lora",
+        "action-sft",
+        ACTION.replace("[data]", "[lora]\nr = 8\nalpha = 8\n[data]"),
+        ("[lora] is not supported by action-sft",),
+    ),
+    Case(
+        "action-mode-typo",
+        "action-sft",
+        ACTION.replace('mode = "policy"', 'mode = "polcy"'),
+        ("[action] mode", "did you mean 'policy'"),
     ),
 ]
 
@@ -670,6 +756,7 @@ NOT_MODELS = {
     "a_language_model": {"config.json": '{"model_type": "qwen3"}', "tokenizer_config.json": "{}"},
     "other_pipeline": {"model_index.json": '{"_class_name": "StableDiffusionXLPipeline"}'},
     "pipeline": {"model_index.json": '{"_class_name": "Cosmos2_5_PredictBasePipeline"}'},
+    "cosmos3_pipeline": {"model_index.json": '{"_class_name": "Cosmos3OmniPipeline"}'},
     "model": {"config.json": '{"model_type": "qwen3"}'},
 }
 
@@ -752,6 +839,7 @@ def files(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("fuzz-files")
     write_video_pairs(root / "pairs", frames=9, size=16)
+    write_robot_data(root / "robot")
     data = root / "data"
     data.mkdir(exist_ok=True)
     (data / "llava.json").write_text(LLAVA)
@@ -774,6 +862,23 @@ def files(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def app():
     return build_app()
+
+
+def write_robot_data(root: Path) -> None:
+    """A one-episode LeRobot dataset (8 frames, a 16x16 camera, 2-D state and action)."""
+    import numpy as np
+
+    from cosmos_train.data.lerobot import write_lerobot_dataset
+
+    rng = np.random.default_rng(0)
+    episode = {
+        "task": "reach the red target",
+        "frames": {"observation.images.top": rng.integers(0, 256, (8, 16, 16, 3), dtype=np.uint8)},
+        "columns": {
+            name: rng.standard_normal((8, 2)).astype(np.float32) for name in ("observation.state", "action")
+        },
+    }
+    write_lerobot_dataset(root, [episode], fps=10)
 
 
 def _folder(tmp_path: Path, files: Path) -> Path:

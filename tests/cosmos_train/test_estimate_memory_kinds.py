@@ -21,6 +21,7 @@ from cosmos_train.kinds import job_kinds
 
 BASE = {"trained weights", "gradients", "optimizer (AdamW)", "frozen: trained module", "activations"}
 PIPELINE = {"frozen: vae", "frozen: text_encoder", "frozen: text_encoder_2", "frozen: text_encoder_3"}
+COSMOS3_PIPELINE = {"frozen: vae"}  # its text encoder is the transformer's own reasoner tower
 EMA, OLD_POLICY, KL_REFERENCE, TRL_REFERENCE = (
     "copies: EMA",
     "copies: old policy",
@@ -49,6 +50,7 @@ CASES = {
     "flow-grpo-lora-kl": ("flow-grpo", True, {"flow_grpo": {"ema_decay": 0.9, "kl_beta": 0.04}}, {EMA}),
     "ddrl-full": ("ddrl", False, {"ddrl": {"ema_decay": 0.9, "kl_beta": 0.01}}, {EMA, KL_REFERENCE}),
     "ddrl-lora": ("ddrl", True, {"ddrl": {"kl_beta": 0.01}}, set()),
+    "action-sft-full-ema": ("action-sft", False, {"action": {"ema_decay": 0.9}}, {EMA}),
 }
 
 
@@ -69,6 +71,15 @@ def smallest_job(kind: str, model: Path, folder: Path) -> dict[str, dict]:
             train |= {"num_generations": 2, "max_completion_length": 16}
     elif kind == "diffusion-sft":
         sections = {"data": {"path": str(absent), "format": "folder", "height": 32, "width": 32}}
+    elif kind == "action-sft":
+        sections = {
+            "data": {
+                "path": str(absent),
+                "cameras": ["observation.images.top"],
+                "action_columns": ["action"],
+            },
+            "action": {"domain": "pusht", "chunk_size": 4, "resolution_tier": 256},
+        }
     else:
         rollout = {"samples_per_prompt": 2, "sampling_steps": 2, "train_batch_size": 2}
         if kind == "ddrl":  # data items, at [data]'s size
@@ -112,12 +123,15 @@ def configs(tmp_path_factory, tiny_pipeline):
         head_dim=16,
         dtype="float32",
     ).save_pretrained(root / "language")
-    pipeline = tiny_pipeline("sd3")
-    for path in pipeline.rglob("*"):
-        if path.name in ("config.json", "model_index.json"):
-            target = root / "diffusion" / path.relative_to(pipeline)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(path.read_bytes())
+    for family, pipeline in (
+        ("diffusion", tiny_pipeline("sd3")),
+        ("action", tiny_pipeline("cosmos3_action")),
+    ):
+        for path in pipeline.rglob("*"):
+            if path.name in ("config.json", "model_index.json"):
+                target = root / family / path.relative_to(pipeline)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(path.read_bytes())
     assert not [path for path in root.rglob("*") if path.suffix in (".safetensors", ".bin")]
     return root
 
@@ -134,13 +148,17 @@ def test_every_kind_gets_an_estimate_with_its_parts(tmp_path, configs, case):
 
     kind, lora, settings, copies = CASES[case]
     family = job_kinds()[kind].family
-    job = write_job(tmp_path, kind, configs / family, lora, settings)
+    folder = (
+        "action" if kind == "action-sft" else family
+    )  # action-sft trains Cosmos3 pipelines with action heads
+    job = write_job(tmp_path, kind, configs / folder, lora, settings)
     shown = CliRunner().invoke(app, ["estimate-memory", str(job), "--json"], catch_exceptions=False)
     assert shown.exit_code == 0, shown.output
     (estimate,) = json.loads(shown.stdout)
     assert estimate["kind"] == kind and estimate["lora"] == lora
     parts = estimate["bytes_per_device"]
-    expected = BASE | (PIPELINE if family == "diffusion" else set()) | copies
+    frozen_modules = {"diffusion": PIPELINE, "action": COSMOS3_PIPELINE}.get(folder, set())
+    expected = BASE | frozen_modules | copies
     assert set(parts) == expected, f"{case}: parts {sorted(parts)}, expected {sorted(expected)}"
     assert all(parts[name] > 0 for name in expected - {"frozen: trained module"}), parts
     trained, frozen = estimate["parameters"]["trained"], estimate["parameters"]["frozen"]

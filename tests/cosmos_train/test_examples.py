@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from cosmos_train import tiny_models as tiny
 from cosmos_train.cli import app
 
-FOLDERS = ("sft", "grpo", "diffusion_sft", "diffusion_rl")
+FOLDERS = ("sft", "grpo", "diffusion_sft", "diffusion_rl", "action_sft")
 RECIPES = [path for folder in FOLDERS for path in sorted((REPO / "examples" / folder).glob("*.toml"))]
 
 
@@ -80,7 +80,37 @@ STAND_IN_MODELS = {
     "diffusion_rl/tiny_sana_ddrl.toml": "sana",
     "diffusion_rl/tiny_sana_flow_grpo.toml": "sana",
     "diffusion_rl/tiny_sd3_nft.toml": "sd3",
+    "action_sft/cosmos3_policy_libero.toml": "cosmos3_action",
+    "action_sft/cosmos3_policy_droid.toml": "cosmos3_action",
+    "action_sft/cosmos3_forward_dynamics_droid.toml": "cosmos3_action",
 }
+
+
+def write_robot_stand_in(root):
+    """One LeRobot dataset with the cameras and columns the action recipes read (LIBERO's and DROID's names and
+    widths), one episode long enough for DROID's 32-action chunk."""
+    import numpy as np
+
+    from cosmos_train.data.lerobot import write_lerobot_dataset
+
+    rng, frames = np.random.default_rng(0), 34
+    cameras = [
+        "observation.images.image", "observation.images.wrist_image", "observation.image.wrist_image_left",
+        "observation.image.exterior_image_1_left", "observation.image.exterior_image_2_left",
+    ]  # fmt: skip
+    widths = {
+        "action": 7, "action.joint_position": 7, "action.gripper_position": 1,
+        "observation.state.joint_positions": 7, "observation.state.gripper_position": 1,
+        "observation.state.cartesian_position": 6,
+    }  # fmt: skip
+    episode = {
+        "task": "put the bowl on the plate",
+        "frames": {camera: rng.integers(0, 256, (frames, 16, 16, 3), dtype=np.uint8) for camera in cameras},
+        "columns": {
+            name: rng.standard_normal((frames, width)).astype(np.float32) for name, width in widths.items()
+        },
+    }
+    return write_lerobot_dataset(root, [episode], fps=15)
 
 
 def _name(recipe) -> str:
@@ -98,6 +128,7 @@ def stand_ins(tmp_path_factory, tiny_pipeline):
         family = tiny.PIPELINE_KINDS.get(kind)
         folders[kind] = tiny_pipeline(family) if family else tiny.save_tiny_model(kind, root / kind)
     folders["video_pairs"] = write_video_pairs(root / "video_pairs", frames=9, size=16)
+    folders["lerobot"] = write_robot_stand_in(root / "lerobot")
     return folders
 
 
@@ -114,7 +145,9 @@ def _stand_ins(recipe, stand_ins) -> list[str]:
         return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
     if "eval" in job:  # held-out prompts
         values["eval.path"] = REPO / "examples" / "data" / "prompts" / "colors.txt"
-    for section in ("data",):
+    if job.get("kind") == "action-sft":
+        values["data.path"] = stand_ins["lerobot"]
+    for section in ("data",) if job.get("kind") != "action-sft" else ():
         pairs = job.get(section, {})
         if job.get("kind") in ("nft", "flow-grpo") and section == "data":
             values["data.path"] = REPO / "examples" / "data" / "prompts" / "colors.txt"

@@ -133,6 +133,8 @@ def test_noised_sample_shares_sigma_and_keeps_clean_parts(pipe, window):
     assert fd.clean_steps() == list(range(CHUNK)) and ActionSettings(
         "inverse_dynamics", CHUNK, DOMAIN, RAW_DIM, FPS
     ).clean_frames(3) == [0, 1, 2]
-    with pytest.raises(ValueError, match="unknown Cosmos3 embodiment domain 'lebiro'"):
+    with pytest.raises(
+        ValueError, match="unknown Cosmos3 embodiment domain 'lebiro' \\(did you mean 'libero'\\?\\)"
+    ):
         domain_id("lebiro")
     assert domain_id("libero") == 5 and domain_id("behavior1k_lerobot") == 22

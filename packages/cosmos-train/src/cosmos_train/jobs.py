@@ -22,6 +22,7 @@ from typing import Any
 from .config import (
     ConfigError,
     JobSchema,
+    LeRobotData,
     MediaData,
     ModelSection,
     PairData,
@@ -174,6 +175,8 @@ def check_sources(config: JobSchema, source: str, base: Path, check_data_files: 
         for key, value in sections(config):
             if check_data_files and isinstance(value, MediaData | PairData | PromptListData):
                 check_data_source(value, f"[{key}]")
+            if check_data_files and isinstance(value, LeRobotData):
+                check_lerobot_data(value, config, f"[{key}]")
             rewards = getattr(value, "rewards", None) if key != "rewards" else value
             if rewards:
                 check_reward_names(rewards, "[rewards]" if key == "rewards" else f"[{key}] rewards:", config)
@@ -188,7 +191,14 @@ def check_sources(config: JobSchema, source: str, base: Path, check_data_files: 
                 from .diffusion.loading import pipeline_adapter_class
 
                 family = pipeline_adapter_class(value, f"[{key}]", base)
+                if config.pipeline_classes and family.pipeline_class not in config.pipeline_classes:
+                    raise ConfigError(
+                        f"[{key}] name_or_path {value.name_or_path} is a {family.pipeline_class}; this kind trains "
+                        f"{' or '.join(config.pipeline_classes)}"
+                    )
                 check_sample_size(config, family, value, base)
+        if config.action_domain() is not None:
+            check_action_domain(config.action_domain())
     except (SourceError, ConfigError) as error:
         raise ConfigError(f"{source}: {error}") from None
     for reward in getattr(config, "rewards", None) or {}:
@@ -248,6 +258,26 @@ def check_data_source(section: MediaData | PairData | PromptListData, key: str) 
             resolve_prompt_source(section.path, section.format, section.split)
         except DataError as error:
             raise ConfigError(f"{key} {error}") from None
+
+
+def check_lerobot_data(section: LeRobotData, config: JobSchema, key: str) -> None:
+    """The dataset holds what the job reads (cameras, columns, stats, whole windows), from its meta alone."""
+    from .data.lerobot import ActionSpec, LeRobotFolder
+    from .errors import DataError
+
+    try:
+        LeRobotFolder(section.path).check(ActionSpec(**config.lerobot_request()))
+    except DataError as error:
+        raise ConfigError(f"{key} {error}") from None
+
+
+def check_action_domain(domain: str | int) -> None:
+    from diffusers_cosmos3.actions import domain_id
+
+    try:
+        domain_id(domain)
+    except ValueError as error:
+        raise ConfigError(f"[action] domain: {error}") from None
 
 
 def check_reward_names(table: dict, key: str, config: JobSchema) -> None:

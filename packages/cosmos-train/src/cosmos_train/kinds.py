@@ -133,6 +133,27 @@ Examples:
 """,
     ),
     JobKind(
+        "action-sft",
+        schema="cosmos_train.algorithms.action_sft.schema:ActionSFTJob",
+        run="cosmos_train.algorithms.action_sft.trainer:run_action_sft",
+        family="diffusion",
+        help="""Cosmos3 action post-training from a LeRobot dataset: a policy, forward dynamics or inverse dynamics.
+
+As cosmos-framework's action recipes train them: windows of chunk_size + 1 frames and chunk_size actions, the
+structured JSON caption, one noise level shared by video and actions, loss weights 10 and 10, the generator tower and
+the action heads trained in full (the heads at 5x the rate), the reasoner frozen. The export is a pipeline for
+Cosmos3OmniPipeline.from_pretrained.
+
+Examples:
+
+  cosmos-train action-sft --config examples/action_sft/cosmos3_policy_libero.toml
+
+  cosmos-train action-sft -c job.toml --set action.mode=inverse_dynamics
+
+  accelerate launch --multi_gpu --num_processes 8 -m cosmos_train action-sft -c job.toml
+""",
+    ),
+    JobKind(
         "nft",
         schema="cosmos_train.algorithms.nft.schema:NFTJob",
         run="cosmos_train.algorithms.diffusion_rl.trainer:run_diffusion_rl",

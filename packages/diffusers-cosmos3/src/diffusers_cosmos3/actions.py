@@ -18,6 +18,7 @@ upstream's table), a clean state row first at offset 0 (`use_state`), the datase
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,9 +57,13 @@ def domain_id(domain: str | int, num_domains: int | None = None) -> int:
     else:
         known = domain_ids()
         if domain not in known:
-            raise ValueError(
-                f"unknown Cosmos3 embodiment domain {domain!r}; known: {', '.join(sorted(known))}"
+            close = difflib.get_close_matches(domain, known, n=1)
+            hint = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else f"{len(known)} known, e.g. {', '.join(sorted(known)[:5])}"
             )
+            raise ValueError(f"unknown Cosmos3 embodiment domain {domain!r} ({hint})")
         index = known[domain]
     if index < 0 or (num_domains is not None and index >= num_domains):
         raise ValueError(f"domain id {index} is outside the model's {num_domains} action domains")

@@ -190,6 +190,53 @@ class PromptListData(Section):
     skip_bad: bool = Field(False, description="Skip and count bad lines instead of failing.")
 
 
+class LeRobotData(Section):
+    """`[data]` for action training: a LeRobot dataset (v3.0 or v2.1) read directly, not through the `lerobot`
+    package (which pins an older torch and a newer Python): the cameras, the action and state columns, and how the
+    actions are represented and normalised (`cosmos_train.data.lerobot`)."""
+
+    path: Annotated[str, JobPath()] = Field(description="The dataset folder (holding meta/info.json).")
+    format: Literal["lerobot"] = Field("lerobot", description="A LeRobot dataset.")
+    cameras: list[str] = Field(
+        min_length=1, description="Camera features, e.g. observation.images.agentview (one, or the layout's)."
+    )
+    layout: Literal["single", "side_by_side", "wrist_over_pair"] = Field(
+        "single",
+        description="single: one camera; side_by_side: concatenated along the width (LIBERO); wrist_over_pair: "
+        "camera 1 on top, cameras 2 and 3 at half size below (DROID's concat view).",
+    )
+    action_columns: list[str] = Field(
+        min_length=1,
+        description="Action columns, concatenated in order (e.g. action, or DROID's split ones).",
+    )
+    state_columns: list[str] = Field(
+        default_factory=list,
+        description="State columns, read at each window's first frame ([action] use_state).",
+    )
+    representation: Literal["raw", "ee_delta_rot6d", "axis_angle_to_rot6d"] = Field(
+        "raw",
+        description="raw; ee_delta_rot6d: [dpos, drot6d, gripper] between end-effector poses (DROID forward "
+        "dynamics); axis_angle_to_rot6d: LIBERO's 7-D [dpos, axis-angle, gripper] as 10-D.",
+    )
+    normalization: Literal["none", "mean_std", "quantile"] = Field(
+        "none", description="From meta/stats.json: none, (a - mean) / std, or over [q01, q99] to [-1, 1]."
+    )
+    episodes: list[int] | None = Field(
+        None, description="Train on these episode indexes only (default: all); hold the others out."
+    )
+    stride: int = Field(1, gt=0, description="Frames between the starts of consecutive windows.")
+    tolerance_s: float = Field(
+        1e-4, gt=0, description="A decoded frame further than this from its timestamp is an error (seconds)."
+    )
+
+    @field_validator("cameras")
+    @classmethod
+    def _distinct(cls, cameras: list[str]) -> list[str]:
+        if len(set(cameras)) != len(cameras):
+            raise ValueError("cameras are listed twice")
+        return cameras
+
+
 class LaunchSection(Section):
     """`[launch]`: how the processes share the work."""
 
@@ -232,9 +279,21 @@ class JobSchema(Section):
     # them before validation to keys the job leaves out, and to an optional section (`[lora]`) only when present.
     family_defaults: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {}
 
+    # The pipeline classes (`model_index.json`'s `_class_name`) this kind trains; None: any with an adapter.
+    pipeline_classes: ClassVar[tuple[str, ...] | None] = None
+
     def training_arguments(self, source: str) -> Any:
         """The trainer's TRL / transformers config for this job (raises `ConfigError`)."""
         raise NotImplementedError
+
+    def lerobot_request(self) -> dict[str, Any] | None:
+        """What a LeRobot `[data]` must hold for this job (`cosmos_train.data.lerobot.ActionSpec`'s fields), which
+        `validate-config` checks from the dataset's meta without decoding video; None for other data."""
+        return None
+
+    def action_domain(self) -> str | int | None:
+        """The Cosmos3 embodiment domain an action job trains (checked against the known names), or None."""
+        return None
 
     def activation_batch(
         self, args: Any, family: Any = None, configured: tuple | None = None

@@ -23,6 +23,7 @@ KINDS = {
     "cosmos3_edge": "Cosmos3 Edge reasoner (transformers layout) with its processor",
     "sd3": "StableDiffusion3Pipeline (MMDiT, CLIP x2 + T5, 2x VAE), 32x32 images",
     "cosmos3_pipeline": "Cosmos3OmniPipeline (reasoner + generator MoT, Wan2.2 VAE), 9 frames of 32x32",
+    "cosmos3_action": "Cosmos3OmniPipeline with action heads (action_dim 16, 32 domains), for action-sft",
     "sana": "SanaPipeline (linear DiT, Gemma2, 4x DC-AE), 32x32 images",
     "sana_video": "SanaVideoPipeline (video DiT, Gemma2, Wan VAE), 9 frames of 32x32",
     "cosmos_predict2_5": "Cosmos2_5_PredictBasePipeline (Cosmos DiT, Qwen2.5-VL, Wan VAE), 9 frames of 32x32",
@@ -32,6 +33,7 @@ KINDS = {
 PIPELINE_KINDS = {
     "sd3": "sd3",
     "cosmos3_pipeline": "cosmos3",
+    "cosmos3_action": "cosmos3_action",
     "sana": "sana",
     "sana_video": "sana_video",
     "cosmos_predict2_5": "cosmos_predict2_5",

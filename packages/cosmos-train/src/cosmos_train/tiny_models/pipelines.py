@@ -140,14 +140,23 @@ def build_cosmos3(seed: int = 0):
     return build_pipeline(seed=seed)
 
 
-# {family: builder}. Adapters' tests iterate over it; `cosmos_train.tiny_models.KINDS` describes each for `make-tiny`.
+def build_cosmos3_action(seed: int = 0):
+    """The tiny `Cosmos3OmniPipeline` with action heads (`action_gen`, 16 action channels, 32 domains)."""
+    from diffusers_cosmos3.testing import build_pipeline
+
+    return build_pipeline(action=True, seed=seed)
+
+
+# {family: builder}, one per adapter family: adapters' tests iterate over it. `cosmos_train.tiny_models.KINDS` describes
+# each for `make-tiny`, which also builds the variants in `BUILDERS`.
 PIPELINES: dict[str, Callable] = {"sd3": build_sd3, "cosmos3": build_cosmos3}
 
 
 def build_tiny_pipeline(family: str, seed: int = 0):
-    if family not in PIPELINES:
-        raise ValueError(f"unknown tiny pipeline {family!r}; expected one of: {', '.join(PIPELINES)}")
-    return PIPELINES[family](seed=seed)
+    builders = {**PIPELINES, "cosmos3_action": build_cosmos3_action}
+    if family not in builders:
+        raise ValueError(f"unknown tiny pipeline {family!r}; expected one of: {', '.join(builders)}")
+    return builders[family](seed=seed)
 
 
 def save_tiny_pipeline(family: str, path: str | Path, seed: int = 0) -> Path:

@@ -1,0 +1,247 @@
+"""Cosmos3 action SFT on transformers' `Trainer`: a policy, forward dynamics or inverse dynamics from LeRobot windows.
+
+The story of a run (`run_action_sft`), once `read_job` has validated the job and checked the dataset's meta:
+1. load the Cosmos3 pipeline; train its generator tower and action heads in full (the reasoner stays frozen; the
+   heads start fresh or from the checkpoint, and learn at `action_lr_multiplier` times the rate);
+2. cut the dataset's episodes into windows of `chunk_size + 1` frames and `chunk_size` actions (`LeRobotFolder`);
+3. each step (`compute_loss`): per window, pick the mode (joint: uniformly), fit the frames to the tier's canvas and
+   encode them, tokenize the structured caption (dropped to "" at `caption_dropout`), draw one sigma for video and
+   actions from the waver density shifted by the tier, noise both, and run every sample of the batch in one call
+   of upstream's transformer (`diffusers_cosmos3.batched`); the loss is `loss.py`'s;
+4. train and save on the shared skeleton: crash-safe checkpoints, and the whole pipeline under
+   `output_dir/safetensors/step_N/`, loadable by `Cosmos3OmniPipeline.from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Dataset
+
+from ...errors import ConfigError
+from ...jobs import Job
+from ..common import train_and_save
+from ..diffusion.trainer import DiffusionTrainer, load_for_training
+from .loss import TIER_SHIFTS, action_loss, action_sft_loss, canvas_tier, draw_sigmas, video_loss
+
+logger = logging.getLogger(__name__)
+
+# The action heads (cosmos-framework's action2llm, llm2action, action_modality_embed).
+ACTION_HEAD = re.compile(r"^(action_proj_in|action_proj_out|action_modality_embed)(\.|$)")
+SINGLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")
+
+
+class WindowDataset(Dataset):
+    """The dataset's windows: `(episode, start)` pairs read on demand (frames decoded per item)."""
+
+    def __init__(self, folder, spec, windows: list[tuple[int, int]]):
+        self.folder, self.spec, self.windows = folder, spec, windows
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> dict:
+        episode, start = self.windows[index]
+        window = self.folder.read_window(self.spec, episode, start)
+        return {
+            "frames": window.frames,
+            "actions": window.actions,
+            "state": window.state,
+            "task": window.task,
+        }
+
+
+def keep_as_list(items: list[dict]) -> list[dict]:
+    """Windows keep their own sizes: the trainer packs them into one sequence."""
+    return items
+
+
+@dataclass
+class _Prepared:
+    sample: object  # Cosmos3TrainingSample
+    x0: torch.Tensor
+    noise: torch.Tensor
+    actions: torch.Tensor
+    action_noise: torch.Tensor
+    raw_action_dim: int
+
+
+class ActionSFTTrainer(DiffusionTrainer):
+    """Flow matching of video and actions with one sigma per sample, as cosmos-framework trains Cosmos3's modes."""
+
+    def __init__(self, adapter, action, fps: float, raw_action_dim: int, **kwargs):
+        super().__init__(adapter, **kwargs)
+        self.action = action  # the job's [action] section
+        self.fps = fps
+        self.raw_action_dim = raw_action_dim
+        self._token_ids: dict[tuple, list[int]] = {}
+
+    # --- the loss ---------------------------------------------------------------------------------------
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        from diffusers_cosmos3.batched import batched_outputs, pack_samples
+
+        prepared = [self._prepare(item) for item in inputs]
+        pipe = self.adapter.pipeline
+        packed = pack_samples(pipe, [p.sample for p in prepared])
+        cache = self.adapter.reasoner_cache if self.adapter.reasoner_frozen(model) else None
+        outputs = batched_outputs(model, packed, cache=cache)
+        videos, actions = [], []
+        for index, item in enumerate(prepared):
+            videos.append(video_loss(outputs.sample[index], item.x0, item.noise, item.sample.clean_frames()))
+            actions.append(
+                action_loss(
+                    outputs.action[index],
+                    item.actions,
+                    item.action_noise,
+                    item.sample.clean_action_steps(),
+                    item.raw_action_dim,
+                )
+            )
+        loss = action_sft_loss(videos, actions, self.action.video_loss_weight, self.action.action_loss_weight)
+        return (loss, None) if return_outputs else loss
+
+    def settings(self, mode: str):
+        from diffusers_cosmos3.actions import ActionSettings
+
+        return ActionSettings(
+            mode,
+            chunk_size=self.action.chunk_size,
+            domain=self.action.domain,
+            raw_action_dim=self.raw_action_dim,
+            fps=self.fps,
+            resolution_tier=self.action.resolution_tier,
+            view_point=self.action.view_point,
+            use_state=self.action.use_state,
+        )
+
+    def _prepare(self, item: dict) -> _Prepared:
+        """One window as a noised training sample (its mode drawn, its caption maybe dropped)."""
+        from diffusers_cosmos3.actions import conditioning_latents, noised_sample, pad_actions
+
+        mode = self.action.mode
+        if mode == "joint":
+            mode = SINGLE_MODES[int(torch.randint(len(SINGLE_MODES), ()))]
+        settings = self.settings(mode)
+        pipe = self.adapter.pipeline
+        with torch.no_grad():
+            x0, canvas = conditioning_latents(pipe, item["frames"], settings)
+        dropped = bool(torch.rand(()) < self.action.caption_dropout)
+        ids = self._caption_ids(item["task"], settings, canvas, dropped)
+        rows = torch.as_tensor(item["actions"], dtype=torch.float32)
+        if settings.use_state:
+            rows = torch.cat([torch.as_tensor(item["state"], dtype=torch.float32)[None], rows])
+        rows = pad_actions(rows, pipe.transformer.config.action_dim).to(x0.device)
+        sigma = draw_sigmas(1, TIER_SHIFTS[canvas_tier(*canvas)])[0]
+        noise, action_noise = torch.randn_like(x0), torch.randn_like(rows)
+        sample = noised_sample(ids, x0, rows, settings, sigma, noise, action_noise)
+        return _Prepared(sample, x0, noise, rows, action_noise, settings.raw_action_dim)
+
+    def _caption_ids(self, task: str, settings, canvas: tuple[int, int], dropped: bool) -> list[int]:
+        """The caption's tokens; a dropped caption is the empty one (cosmos-framework's `cfg_dropout_rate`), which
+        the pipeline's unconditional pass feeds."""
+        from diffusers_cosmos3.actions import action_prompt_ids
+
+        key = (task, settings.mode, canvas)
+        if key not in self._token_ids:
+            if len(self._token_ids) > 4096:
+                self._token_ids.clear()
+            self._token_ids[key] = action_prompt_ids(self.adapter.pipeline, task, settings, canvas)
+        cond, uncond = self._token_ids[key]
+        return uncond if dropped else cond
+
+    # --- the optimizer: the action heads at their own rate ----------------------------------------------
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is not None:
+            return self.optimizer
+        model = model or self.model
+        decay = set(self.get_decay_parameter_names(model))
+        groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+        for name, parameter in model.named_parameters():
+            if parameter.requires_grad:
+                groups.setdefault((name in decay, bool(ACTION_HEAD.search(name))), []).append(parameter)
+        rate = self.args.learning_rate
+        param_groups = [
+            {
+                "params": parameters,
+                "weight_decay": self.args.weight_decay if decays else 0.0,
+                "lr": rate * self.action.action_lr_multiplier if head else rate,
+            }
+            for (decays, head), parameters in sorted(groups.items())
+        ]
+        optimizer_class, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+        optimizer_kwargs.pop("lr", None)
+        self.optimizer = optimizer_class(param_groups, lr=rate, **optimizer_kwargs)
+        return self.optimizer
+
+
+def fresh_action_heads(transformer) -> None:
+    """cosmos-framework's initialisation of the action heads (`cosmos3_vfm_network.py`): the input projection's
+    weights truncated-normal with std 1/sqrt(action_dim), the output's and the modality embedding's with std
+    1/sqrt(hidden), biases zero (every domain's rows)."""
+    action_dim, hidden = transformer.config.action_dim, transformer.config.hidden_size
+    with torch.no_grad():
+        for module, std in ((transformer.action_proj_in, action_dim), (transformer.action_proj_out, hidden)):
+            torch.nn.init.trunc_normal_(module.fc.weight, std=1 / math.sqrt(std))
+            module.bias.weight.zero_()
+        torch.nn.init.trunc_normal_(transformer.action_modality_embed, std=1 / math.sqrt(hidden))
+
+
+def train_action_heads(transformer, fresh: bool) -> int:
+    """Make the action heads trainable (after the adapter chose the generator's parameters); returns their count."""
+    if not getattr(transformer.config, "action_gen", False):
+        raise ConfigError(
+            "[model] the Cosmos3 transformer has no action heads (its config's action_gen is false): action-sft needs "
+            "a checkpoint built with them"
+        )
+    if fresh:
+        fresh_action_heads(transformer)
+    count = 0
+    for name, parameter in transformer.named_parameters():
+        if ACTION_HEAD.search(name):
+            parameter.requires_grad_(True)
+            count += parameter.numel()
+    return count
+
+
+def run_action_sft(job: Job, callbacks: list | None = None) -> ActionSFTTrainer:
+    """Run an `action-sft` job; the trained pipeline is under `output_dir/safetensors/`."""
+    from ...data.lerobot import ActionSpec, LeRobotFolder
+
+    config = job.config
+    folder = LeRobotFolder(config.data.path)
+    spec = ActionSpec(**config.lerobot_request())
+    windows = folder.windows(spec, config.data.episodes, stride=config.data.stride)
+    adapter, _ = load_for_training(job)
+    if adapter.pipeline_class != "Cosmos3OmniPipeline":
+        raise ConfigError(
+            f"{job.source}: [model] action-sft trains Cosmos3 pipelines, not {adapter.pipeline_class}"
+        )
+    heads = train_action_heads(adapter.transformer, fresh=config.action.action_heads == "fresh")
+    logger.info("training on %d windows; the action heads (%d parameters) train too", len(windows), heads)
+    first = folder.read_window(spec, *windows[0])
+    raw_action_dim = config.action.raw_action_dim or first.actions.shape[-1]
+    if raw_action_dim > adapter.transformer.config.action_dim:
+        raise ConfigError(
+            f"{job.source}: [action] raw_action_dim {raw_action_dim} is wider than the model's action_dim "
+            f"{adapter.transformer.config.action_dim}"
+        )
+    trainer = ActionSFTTrainer(
+        adapter,
+        config.action,
+        fps=config.action.fps or folder.fps,
+        raw_action_dim=raw_action_dim,
+        ema_decay=config.ema_decay(),
+        weight_copies=config.weight_copies(),
+        args=job.args,
+        train_dataset=WindowDataset(folder, spec, windows),
+        data_collator=keep_as_list,
+        callbacks=callbacks,
+    )
+    train_and_save(trainer, job)
+    return trainer
