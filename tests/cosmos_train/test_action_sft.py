@@ -97,3 +97,24 @@ def test_policy_loss_falls_and_the_export_runs_in_upstreams_pipeline(tmp_path, t
         num_inference_steps=2, guidance_scale=1.0, fps=10.0, use_system_prompt=False, output_type="np",
     )  # fmt: skip
     assert output.action[0].shape == (CHUNK, 2)
+
+
+def test_kept_latents_train_as_encoding_each_time(tmp_path, tiny_action_model, reach2d):
+    """`[data] cache`: each window's frames are decoded and encoded once; the losses equal encoding every time, and
+    the per-mode parts are logged."""
+    from cosmos_train.algorithms.action_sft.trainer import run_action_sft
+
+    runs = {}
+    for cache in (False, True):
+        folder = tmp_path / f"cache-{cache}"
+        folder.mkdir()
+        job = action_job(folder, tiny_action_model, reach2d, action={"mode": "joint"},
+                         train={"max_steps": 4}, data_extra={"cache": cache, "episodes": [0], "stride": 8})  # fmt: skip
+        runs[cache] = run_action_sft(read_job(job))
+    logged = {cache: [e for e in run.state.log_history if "loss" in e] for cache, run in runs.items()}
+    assert [e["loss"] for e in logged[True]] == [e["loss"] for e in logged[False]]
+    windows = runs[True].train_dataset.windows
+    assert len(windows) == 1 and set(runs[True].latents) == set(windows) == runs[True].train_dataset.encoded
+    assert runs[False].latents is None and not runs[False].train_dataset.encoded
+    parts = {key for entry in logged[True] for key in entry if key.startswith("loss/")}
+    assert parts and all(key.split("/")[1] in ("video", "action") for key in parts)

@@ -228,6 +228,11 @@ class LeRobotData(Section):
     tolerance_s: float = Field(
         1e-4, gt=0, description="A decoded frame further than this from its timestamp is an error (seconds)."
     )
+    cache: bool = Field(
+        False,
+        description="Keep each window's latents in memory once encoded, and decode its frames no more (small "
+        "datasets: about C x T/4 x H/16 x W/16 floats a window).",
+    )
 
     @field_validator("cameras")
     @classmethod

@@ -133,7 +133,7 @@ class ActionSpec:
 class Window:
     """One training sample: T+1 frames, T actions, the state at the first frame and the task text."""
 
-    frames: np.ndarray  # uint8 [T+1, H, W, 3], cameras laid out per spec.layout
+    frames: np.ndarray | None  # uint8 [T+1, H, W, 3], cameras laid out per spec.layout (None: not read)
     actions: np.ndarray  # float32 [T, D], after representation and normalization
     state: np.ndarray | None  # float32 [D_state] at the window's first frame, or None
     task: str
@@ -829,9 +829,12 @@ class LeRobotFolder:
             return axis_angle_to_rot6d_actions(raw)
         return raw.astype(np.float32)
 
-    def read_window(self, spec: ActionSpec, episode: int, start: int, rng: Any = None) -> Window:
+    def read_window(
+        self, spec: ActionSpec, episode: int, start: int, rng: Any = None, frames: bool = True
+    ) -> Window:
         """The window of chunk_size + 1 frames from row `start` of `episode` (see `Window`). `rng`
-        (random.Random or numpy Generator) picks among " | "-joined task alternatives; without it, the first."""
+        (random.Random or numpy Generator) picks among " | "-joined task alternatives; without it, the first.
+        `frames=False` decodes no camera (`Window.frames` is None): a trainer that keeps the window's latents."""
         ep = self._episode(episode)
         steps = spec.chunk_size
         if start < 0 or start + steps + 1 > ep.length:
@@ -839,13 +842,14 @@ class LeRobotFolder:
                 f"{self.root}: episode {ep.index} has {ep.length} frames, "
                 f"no window of {steps + 1} starts at row {start}"
             )
-        images = [c for c in spec.cameras if self.features.get(c, {}).get("dtype") == "image"]
+        cameras = spec.cameras if frames else ()
+        images = [c for c in cameras if self.features.get(c, {}).get("dtype") == "image"]
         extra = ["task_index"] if "task_index" in self.features else []
-        if len(images) < len(spec.cameras):
+        if len(images) < len(cameras):
             extra.append("timestamp")
         table = self._episode_table(ep, (*spec.action_columns, *spec.state_columns, *extra, *images))
         views = []
-        for camera in spec.cameras:
+        for camera in cameras:
             feature = self.features.get(camera)
             if feature is None or feature["dtype"] not in CAMERA_DTYPES:
                 known = [k for k, f in self.features.items() if f["dtype"] in CAMERA_DTYPES]
@@ -857,7 +861,7 @@ class LeRobotFolder:
             else:
                 times = self._column(ep, table, "timestamp", start, steps + 1)[:, 0]
                 views.append(self._video_frames(ep, camera, times, spec.tolerance_s))
-        frames = self._layout(spec, views)
+        pixels = self._layout(spec, views) if frames else None
 
         actions = self._actions(spec, ep, table, start, steps)
         stats = None
@@ -876,7 +880,7 @@ class LeRobotFolder:
             text = self.tasks.get(int(self._column(ep, table, "task_index", start, 1)[0, 0]))
         if text is None:
             text = ep.tasks[0] if ep.tasks else ""
-        return Window(frames, actions, state, _pick_task(text, rng), ep.index, int(start))
+        return Window(pixels, actions, state, _pick_task(text, rng), ep.index, int(start))
 
     def _layout(self, spec: ActionSpec, views: list[np.ndarray]) -> np.ndarray:
         if spec.layout == "single":

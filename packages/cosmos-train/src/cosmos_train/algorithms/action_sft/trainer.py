@@ -14,6 +14,7 @@ The story of a run (`run_action_sft`), once `read_job` has validated the job and
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import re
@@ -36,18 +37,21 @@ SINGLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")
 
 
 class WindowDataset(Dataset):
-    """The dataset's windows: `(episode, start)` pairs read on demand (frames decoded per item)."""
+    """The dataset's windows: `(episode, start)` pairs read on demand. Frames are decoded unless the trainer keeps
+    the window's latents (`encoded`, filled by the trainer; a DataLoader worker's copy may lag, and decodes)."""
 
     def __init__(self, folder, spec, windows: list[tuple[int, int]]):
         self.folder, self.spec, self.windows = folder, spec, windows
+        self.encoded: set[tuple[int, int]] = set()
 
     def __len__(self) -> int:
         return len(self.windows)
 
     def __getitem__(self, index: int) -> dict:
-        episode, start = self.windows[index]
-        window = self.folder.read_window(self.spec, episode, start)
+        key = self.windows[index]
+        window = self.folder.read_window(self.spec, *key, frames=key not in self.encoded)
         return {
+            "window": key,
             "frames": window.frames,
             "actions": window.actions,
             "state": window.state,
@@ -62,6 +66,7 @@ def keep_as_list(items: list[dict]) -> list[dict]:
 
 @dataclass
 class _Prepared:
+    mode: str
     sample: object  # Cosmos3TrainingSample
     x0: torch.Tensor
     noise: torch.Tensor
@@ -73,12 +78,19 @@ class _Prepared:
 class ActionSFTTrainer(DiffusionTrainer):
     """Flow matching of video and actions with one sigma per sample, as cosmos-framework trains Cosmos3's modes."""
 
-    def __init__(self, adapter, action, fps: float, raw_action_dim: int, **kwargs):
+    def __init__(
+        self, adapter, action, fps: float, raw_action_dim: int, cache_latents: bool = False, **kwargs
+    ):
         super().__init__(adapter, **kwargs)
         self.action = action  # the job's [action] section
         self.fps = fps
         self.raw_action_dim = raw_action_dim
         self._token_ids: dict[tuple, list[int]] = {}
+        self._parts: dict[str, list[float]] = collections.defaultdict(list)
+        # {(episode, start): (latents, canvas)}: a window's frames never change, nor (posterior mode) their latents.
+        self.latents: dict[tuple[int, int], tuple[torch.Tensor, tuple[int, int]]] | None = (
+            {} if cache_latents else None
+        )
 
     # --- the loss ---------------------------------------------------------------------------------------
 
@@ -103,7 +115,17 @@ class ActionSFTTrainer(DiffusionTrainer):
                 )
             )
         loss = action_sft_loss(videos, actions, self.action.video_loss_weight, self.action.action_loss_weight)
+        if model.training:  # each part unweighted, per mode, averaged over the logging interval
+            for item, video, action in zip(prepared, videos, actions, strict=True):
+                self._parts[f"loss/video/{item.mode}"].append(float(video))
+                self._parts[f"loss/action/{item.mode}"].append(float(action))
         return (loss, None) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            logs |= {key: sum(values) / len(values) for key, values in sorted(self._parts.items())}
+            self._parts.clear()
+        super().log(logs, start_time)
 
     def settings(self, mode: str):
         from diffusers_cosmos3.actions import ActionSettings
@@ -121,15 +143,14 @@ class ActionSFTTrainer(DiffusionTrainer):
 
     def _prepare(self, item: dict) -> _Prepared:
         """One window as a noised training sample (its mode drawn, its caption maybe dropped)."""
-        from diffusers_cosmos3.actions import conditioning_latents, noised_sample, pad_actions
+        from diffusers_cosmos3.actions import noised_sample, pad_actions
 
         mode = self.action.mode
         if mode == "joint":
             mode = SINGLE_MODES[int(torch.randint(len(SINGLE_MODES), ()))]
         settings = self.settings(mode)
         pipe = self.adapter.pipeline
-        with torch.no_grad():
-            x0, canvas = conditioning_latents(pipe, item["frames"], settings)
+        x0, canvas = self._latents(item, settings)
         dropped = bool(torch.rand(()) < self.action.caption_dropout)
         ids = self._caption_ids(item["task"], settings, canvas, dropped)
         rows = torch.as_tensor(item["actions"], dtype=torch.float32)
@@ -139,7 +160,22 @@ class ActionSFTTrainer(DiffusionTrainer):
         sigma = draw_sigmas(1, TIER_SHIFTS[canvas_tier(*canvas)])[0]
         noise, action_noise = torch.randn_like(x0), torch.randn_like(rows)
         sample = noised_sample(ids, x0, rows, settings, sigma, noise, action_noise)
-        return _Prepared(sample, x0, noise, rows, action_noise, settings.raw_action_dim)
+        return _Prepared(mode, sample, x0, noise, rows, action_noise, settings.raw_action_dim)
+
+    def _latents(self, item: dict, settings) -> tuple[torch.Tensor, tuple[int, int]]:
+        from diffusers_cosmos3.actions import conditioning_latents
+
+        key = tuple(item["window"])
+        if self.latents is not None and key in self.latents:
+            return self.latents[key]
+        if item["frames"] is None:
+            raise RuntimeError(f"window {key} came without frames and without cached latents")
+        with torch.no_grad():
+            encoded = conditioning_latents(self.adapter.pipeline, item["frames"], settings)
+        if self.latents is not None:
+            self.latents[key] = encoded
+            self.train_dataset.encoded.add(key)
+        return encoded
 
     def _caption_ids(self, task: str, settings, canvas: tuple[int, int], dropped: bool) -> list[int]:
         """The caption's tokens; a dropped caption is the empty one (cosmos-framework's `cfg_dropout_rate`), which
@@ -236,6 +272,7 @@ def run_action_sft(job: Job, callbacks: list | None = None) -> ActionSFTTrainer:
         config.action,
         fps=config.action.fps or folder.fps,
         raw_action_dim=raw_action_dim,
+        cache_latents=config.data.cache,
         ema_decay=config.ema_decay(),
         weight_copies=config.weight_copies(),
         args=job.args,
