@@ -77,12 +77,11 @@ def test_policy_loss_falls_and_the_export_runs_in_upstreams_pipeline(tmp_path, t
     from cosmos_train.algorithms.action_sft.trainer import run_action_sft
 
     job = read_job(action_job(tmp_path, tiny_action_model, reach2d, train={"max_steps": 30, "learning_rate": 2e-3},
-                              action={"caption_dropout": 0.0}))  # fmt: skip
+                              action={"caption_dropout": 0.0}, data_extra={"normalization": "mean_std"}))  # fmt: skip
     torch.manual_seed(0)
     trainer = run_action_sft(job)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
-    print("LOSSES", [round(x, 3) for x in losses])
     assert last < 0.7 * first, losses
 
     from diffusers import Cosmos3OmniPipeline
@@ -97,6 +96,14 @@ def test_policy_loss_falls_and_the_export_runs_in_upstreams_pipeline(tmp_path, t
         num_inference_steps=2, guidance_scale=1.0, fps=10.0, use_system_prompt=False, output_type="np",
     )  # fmt: skip
     assert output.action[0].shape == (CHUNK, 2)
+    # And as a policy in the dataset's units, with the settings the export wrote beside the pipeline.
+    from diffusers_cosmos3.actions import Cosmos3ActionPolicy
+
+    policy = Cosmos3ActionPolicy.from_pretrained(export, num_inference_steps=2, enable_safety_checker=False)
+    assert (policy.settings.mode, policy.settings.fps, policy.normalization) == ("policy", 10.0, "mean_std")
+    assert len(policy.stats["mean"]) == 2
+    chunk = policy(frame, "reach the red target", generator=torch.Generator().manual_seed(0))
+    assert chunk.shape == (CHUNK, 2) and chunk.dtype.name == "float32"
 
 
 def test_kept_latents_train_as_encoding_each_time(tmp_path, tiny_action_model, reach2d):

@@ -12,11 +12,14 @@ from PIL import Image
 
 from diffusers_cosmos3.actions import (
     ActionSettings,
+    Cosmos3ActionPolicy,
     action_prompt_ids,
     conditioning_latents,
     domain_id,
     noised_sample,
     pad_actions,
+    sample_action_chunk,
+    save_action_settings,
 )
 from diffusers_cosmos3.batched import Cosmos3TrainingSample, batched_outputs, pack_samples
 from diffusers_cosmos3.testing import build_pipeline
@@ -138,3 +141,44 @@ def test_noised_sample_shares_sigma_and_keeps_clean_parts(pipe, window):
     ):
         domain_id("lebiro")
     assert domain_id("libero") == 5 and domain_id("behavior1k_lerobot") == 22
+
+
+@pytest.mark.parametrize("guidance", [1.0, 3.0])
+def test_sampling_an_action_chunk_is_upstreams_pipeline(pipe, window, guidance):
+    """Where upstream can express the settings (a domain in its width table, no state row), our sampler returns the
+    pipeline's actions for the same frame, task, steps, guidance and generator."""
+    frames, _ = window
+    image = Image.fromarray(frames[0])
+    theirs = pipe(
+        prompt=TASK, action=CosmosActionCondition("policy", CHUNK, DOMAIN, 256, image=image),
+        num_inference_steps=3, guidance_scale=guidance, fps=FPS, use_system_prompt=False, output_type="latent",
+        generator=torch.Generator().manual_seed(7),
+    ).action[0]  # fmt: skip
+    settings = ActionSettings("policy", CHUNK, DOMAIN, RAW_DIM, FPS, resolution_tier=256)
+    ours = sample_action_chunk(
+        pipe, settings, image, TASK, num_inference_steps=3, guidance_scale=guidance,
+        generator=torch.Generator().manual_seed(7),
+    )  # fmt: skip
+    assert ours.shape == theirs.shape == (CHUNK, RAW_DIM)
+    torch.testing.assert_close(ours, theirs.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_what_upstream_cannot_express(pipe, window, tmp_path):
+    """LIBERO's 10-D width (absent from upstream's table), a clean state row first, normalised units: the policy call
+    returns the chunk in the dataset's units, from the settings an export wrote beside the pipeline."""
+    frames, _ = window
+    stats = {"q01": [-2.0] * RAW_DIM, "q99": [2.0] * RAW_DIM}
+    settings = ActionSettings("policy", CHUNK, "libero", RAW_DIM, 20.0, resolution_tier=256, use_state=True)
+    pipe.save_pretrained(tmp_path)
+    save_action_settings(tmp_path, settings, "quantile", stats, normalize_state=True)
+    policy = Cosmos3ActionPolicy.from_pretrained(tmp_path, num_inference_steps=2, enable_safety_checker=False)
+    state = np.linspace(-1, 1, RAW_DIM)
+    chunk = policy(frames[0], TASK, state=state, generator=torch.Generator().manual_seed(0))
+    model_space = sample_action_chunk(
+        policy.pipe, settings, frames[0], TASK, state=state / 2.0, num_inference_steps=2,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    assert chunk.shape == (CHUNK, RAW_DIM) and chunk.dtype == np.float32
+    np.testing.assert_allclose(chunk, model_space.numpy() * 2.0, atol=1e-5)  # mid 0, half range 2
+    with pytest.raises(ValueError, match="use_state"):
+        sample_action_chunk(policy.pipe, settings, frames[0], TASK, num_inference_steps=1)

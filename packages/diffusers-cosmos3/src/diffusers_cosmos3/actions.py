@@ -200,3 +200,206 @@ def noised_sample(
         domain_id=domain_id(settings.domain),
         action_start_offset=settings.action_start_offset,
     )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sampling an action chunk, and the policy call
+
+
+@torch.no_grad()
+def sample_action_chunk(
+    pipe,
+    settings: ActionSettings,
+    frames,
+    task: str,
+    state=None,
+    num_inference_steps: int = 30,
+    guidance_scale: float = 1.0,
+    generator: torch.Generator | None = None,
+    negative_prompt: str = "",
+) -> torch.Tensor:
+    """The model-space action chunk `[chunk_size, raw_action_dim]` for a policy (`frames`: the current frame, as a
+    one-frame list or an image) or inverse dynamics (`frames`: the `chunk_size + 1` frames), sampled as upstream's
+    `Cosmos3OmniPipeline(action=...)` samples it (its scheduler, one per modality, the same noise draws, CFG on
+    both), and equal to it where upstream can express the settings (`test_actions.py`). Beyond upstream: any raw
+    width, a clean state row first (`use_state`; `state` already in the model's space), the caption without the
+    system prompt."""
+    import copy
+
+    import numpy as np
+    from diffusers.utils.torch_utils import randn_tensor
+
+    from .batched import batched_outputs, pack_samples
+
+    if settings.mode == "forward_dynamics":
+        raise ValueError(
+            "forward dynamics predicts frames, not actions: use the pipeline with its raw_actions"
+        )
+    if settings.use_state and state is None:
+        raise ValueError("these settings put a state row first (use_state): pass the current state")
+    if not isinstance(frames, list | tuple) and not (hasattr(frames, "shape") and len(frames.shape) == 4):
+        frames = [frames]  # one image
+    device = pipe._execution_device
+    transformer = pipe.transformer
+    x0, canvas = conditioning_latents(pipe, frames, settings)
+    cond_ids, uncond_ids = action_prompt_ids(pipe, task, settings, canvas, negative_prompt)
+    action_dim, raw = transformer.config.action_dim, settings.raw_action_dim
+
+    clean_frames, clean_steps = settings.clean_frames(x0.shape[1]), settings.clean_steps()
+    frame_mask = torch.zeros(x0.shape[1], 1, 1, device=device)
+    frame_mask[clean_frames] = 1
+    latents = x0[None] * frame_mask + (1 - frame_mask) * randn_tensor(
+        (1, *x0.shape), generator=generator, device=device, dtype=torch.float32
+    )
+    a0 = torch.zeros(settings.action_rows, action_dim, device=device)
+    if settings.use_state:
+        row = torch.as_tensor(np.asarray(state, dtype=np.float32), device=device).reshape(-1)
+        a0[0, : row.numel()] = row
+    step_mask = torch.zeros(settings.action_rows, 1, device=device)
+    step_mask[clean_steps] = 1
+    actions = step_mask * a0 + (1 - step_mask) * randn_tensor(
+        tuple(a0.shape), generator=generator, device=device, dtype=torch.float32
+    )
+    actions[:, raw:] = 0
+
+    scheduler = copy.deepcopy(pipe.scheduler)
+    if pipe.config.get("use_native_flow_schedule"):
+        end = 1.0 - 1.0 / scheduler.config.num_train_timesteps
+        scheduler.set_timesteps(
+            num_inference_steps, device=device, sigmas=np.linspace(end, 0.0, num_inference_steps + 1)[:-1]
+        )
+    else:
+        scheduler.set_timesteps(num_inference_steps, device=device)
+    action_scheduler = copy.deepcopy(scheduler)
+    guided = guidance_scale != 1.0
+    domain = domain_id(settings.domain, transformer.config.get("num_embodiment_domains"))
+    dtype = transformer.dtype
+    for t in scheduler.timesteps:
+        samples = [
+            _loop_sample(ids, latents[0].to(dtype), actions.to(dtype), float(t), settings, domain)
+            for ids in ((cond_ids, uncond_ids) if guided else (cond_ids,))
+        ]
+        outputs = batched_outputs(transformer, pack_samples(pipe, samples))
+        vision = [v.float() * (1 - frame_mask) for v in outputs.sample]
+        motion = [a.float() * (1 - step_mask) for a in outputs.action]
+        if guided:
+            vision = [vision[1] + guidance_scale * (vision[0] - vision[1])]
+            motion = [motion[1] + guidance_scale * (motion[0] - motion[1])]
+        motion[0][:, raw:] = 0
+        latents = scheduler.step(vision[0].unsqueeze(0), t, latents.unsqueeze(0), return_dict=False)[
+            0
+        ].squeeze(0)
+        if len(clean_steps) < settings.action_rows:
+            actions = action_scheduler.step(
+                motion[0].unsqueeze(0), t, actions.unsqueeze(0), return_dict=False
+            )[0]
+            actions = actions.squeeze(0)
+            actions[:, raw:] = 0
+    chunk = actions[int(settings.use_state) :, :raw]
+    return chunk.detach().cpu()
+
+
+def _loop_sample(
+    ids, latents, actions, timestep, settings: ActionSettings, domain: int
+) -> Cosmos3TrainingSample:
+    """A sample of the sampling loop: the current latents and actions as they are (their clean parts included)."""
+    return Cosmos3TrainingSample(
+        ids,
+        x0=latents,
+        noisy=latents,
+        timestep=timestep,
+        condition_frames=settings.clean_frames(latents.shape[-3]),
+        fps=settings.fps,
+        action_x0=actions,
+        action_noisy=actions,
+        action_condition_steps=settings.clean_steps(),
+        domain_id=domain,
+        action_start_offset=settings.action_start_offset,
+    )
+
+
+ACTION_SETTINGS_FILE = "action_settings.json"
+
+
+@dataclass
+class Cosmos3ActionPolicy:
+    """An action-post-trained Cosmos3 as a policy: the current frame (and state) and the task in, an action chunk in
+    the dataset's own units out. `cosmos-train action-sft` writes `action_settings.json` beside the pipeline it
+    exports, so `Cosmos3ActionPolicy.from_pretrained(export)` samples with the settings it was trained with.
+
+        policy = Cosmos3ActionPolicy.from_pretrained("runs/policy/safetensors/step_2000")
+        chunk = policy(frame, "put the bowl on the plate", state=joints)   # [chunk_size, raw_action_dim]
+    """
+
+    pipe: object
+    settings: ActionSettings
+    normalization: str = "none"
+    stats: dict | None = None
+    normalize_state: bool = False
+    num_inference_steps: int = 30
+    guidance_scale: float = 1.0
+
+    @classmethod
+    def from_pretrained(
+        cls, folder, num_inference_steps: int = 30, guidance_scale: float = 1.0, **pipeline_kwargs
+    ):
+        import json
+        from pathlib import Path
+
+        from diffusers import Cosmos3OmniPipeline
+
+        path = Path(folder) / ACTION_SETTINGS_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no action settings (an action-sft export writes them)")
+        record = json.loads(path.read_text())
+        pipe = Cosmos3OmniPipeline.from_pretrained(folder, **pipeline_kwargs)
+        return cls(
+            pipe,
+            ActionSettings(**record["settings"]),
+            record.get("normalization", "none"),
+            record.get("stats"),
+            record.get("normalize_state", False),
+            num_inference_steps,
+            guidance_scale,
+        )
+
+    def __call__(self, frames, task: str, state=None, generator: torch.Generator | None = None):
+        """`frames`: the current frame (an image, `H x W x 3` uint8) for a policy, the `chunk_size + 1` frames for
+        inverse dynamics; `state` in the dataset's units when the settings put a state row first."""
+        from .action_units import denormalize_actions, normalize_actions
+
+        if state is not None and self.normalize_state:
+            state = normalize_actions(state, self.stats, self.normalization)
+        chunk = sample_action_chunk(
+            self.pipe,
+            self.settings,
+            frames,
+            task,
+            state=state,
+            num_inference_steps=self.num_inference_steps,
+            guidance_scale=self.guidance_scale,
+            generator=generator,
+        )
+        return denormalize_actions(chunk.numpy(), self.stats or {}, self.normalization)
+
+    def save_settings(self, folder) -> None:
+        save_action_settings(folder, self.settings, self.normalization, self.stats, self.normalize_state)
+
+
+def save_action_settings(
+    folder, settings: ActionSettings, normalization="none", stats=None, normalize_state=False
+):
+    """`folder/action_settings.json`: what `Cosmos3ActionPolicy.from_pretrained` samples with."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    record = {
+        "settings": dataclasses.asdict(settings),
+        "normalization": normalization,
+        "stats": None if stats is None else {k: np.asarray(v).tolist() for k, v in stats.items()},
+        "normalize_state": normalize_state,
+    }
+    (Path(folder) / ACTION_SETTINGS_FILE).write_text(json.dumps(record, indent=1) + "\n")

@@ -62,6 +62,7 @@ import pyarrow.parquet as pq
 
 from cosmos_train.data.action_spaces import axis_angle_to_rot6d_actions, ee_delta_rot6d
 from cosmos_train.errors import DataError, first_line
+from diffusers_cosmos3.action_units import NORMALIZATIONS, denormalize_actions, normalize_actions
 
 logger = logging.getLogger("cosmos_train.data")
 
@@ -71,7 +72,6 @@ Normalization = Literal["none", "mean_std", "quantile"]
 
 LAYOUTS = ("single", "side_by_side", "wrist_over_pair")
 REPRESENTATIONS = ("raw", "ee_delta_rot6d", "axis_angle_to_rot6d")
-NORMALIZATIONS = ("none", "mean_std", "quantile")
 
 # Every placeholder a path template may use: v3.0 writes {chunk_index}/{file_index}, some datasets (the
 # Cosmos3-DROID example) write {episode_chunk}/{episode_file}, v2.1 writes {episode_chunk}/{episode_index}.
@@ -80,7 +80,6 @@ CAMERA_DTYPES = ("video", "image")
 _NUMERIC_DTYPES = {"float16", "float32", "float64", "bool"} | {
     f"{s}int{n}" for s in ("", "u") for n in (8, 16, 32, 64)
 }
-_STATS_EPS = 1e-8  # CF's floor on std and on the quantile range
 _QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 _DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
@@ -128,6 +127,12 @@ class ActionSpec:
         if not self.tolerance_s > 0:
             raise ValueError(f"tolerance_s must be positive, got {self.tolerance_s}")
 
+    def normalizes_state(self, state_width: int, action_width: int) -> bool:
+        """Whether the state row is normalised with the action stats: in cosmos-framework it is an action row (its
+        DROID dataset puts it in the action tensor before normalising), so it is when it is one: raw actions of
+        the same width. Otherwise it stays in its own units."""
+        return self.normalization != "none" and self.representation == "raw" and state_width == action_width
+
 
 @dataclass
 class Window:
@@ -165,45 +170,9 @@ class Episode:
 # --- normalisation ---------------------------------------------------------------------------------------
 
 
-def _affine(stats: Mapping[str, Any], mode: str, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """(offset, scale) with normalized = (a - offset) / scale, as CF's `resolve_action_normalization`."""
-    keys = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}.get(mode)
-    if keys is None:
-        raise ValueError(f"normalization must be one of {', '.join(NORMALIZATIONS)}, got {mode!r}")
-    missing = [key for key in keys if key not in stats]
-    if missing:
-        raise ValueError(f"{mode} normalization needs stats {', '.join(missing)}")
-    first, second = (np.asarray(stats[key], dtype=np.float64).reshape(-1) for key in keys)
-    if first.shape != (width,) or second.shape != (width,):
-        raise ValueError(f"stats are {first.size} wide, actions {width}")
-    if mode == "mean_std":
-        return first, np.maximum(second, _STATS_EPS)
-    return (second + first) / 2.0, np.maximum(second - first, _STATS_EPS) / 2.0
-
-
-def normalize(
-    actions: np.ndarray, stats_for_columns: Mapping[str, Any], mode: str, *, clip: bool = False
-) -> np.ndarray:
-    """Actions [..., D] into model space, float32. `mean_std`: (a - mean) / std. `quantile`:
-    (a - mid) / half_range over [q01, q99], so q01 -> -1 and q99 -> +1; not clipped unless `clip` (CF's
-    `apply_forward_clamp`, off in its recipes; a clipped value cannot be denormalized). `none`: unchanged."""
-    a = np.asarray(actions, dtype=np.float64)
-    if mode == "none":
-        return a.astype(np.float32)
-    offset, scale = _affine(stats_for_columns, mode, a.shape[-1])
-    out = (a - offset) / scale
-    if clip and mode == "quantile":
-        out = np.clip(out, -1.0, 1.0)
-    return out.astype(np.float32)
-
-
-def denormalize(actions: np.ndarray, stats_for_columns: Mapping[str, Any], mode: str) -> np.ndarray:
-    """The inverse of `normalize` (without `clip`): model-space actions [..., D] back to raw values, float32."""
-    a = np.asarray(actions, dtype=np.float64)
-    if mode == "none":
-        return a.astype(np.float32)
-    offset, scale = _affine(stats_for_columns, mode, a.shape[-1])
-    return (a * scale + offset).astype(np.float32)
+# One implementation, shared with the policy call that maps a model's actions back (`diffusers_cosmos3`).
+normalize = normalize_actions
+denormalize = denormalize_actions
 
 
 # --- small helpers ---------------------------------------------------------------------------------------
@@ -871,7 +840,7 @@ class LeRobotFolder:
         state = None
         if spec.state_columns:
             state = np.concatenate([self._column(ep, table, c, start, 1)[0] for c in spec.state_columns])
-            if stats is not None and spec.representation == "raw" and state.shape[0] == actions.shape[1]:
+            if stats is not None and spec.normalizes_state(state.shape[0], actions.shape[1]):
                 state = normalize(state, stats, spec.normalization)  # the state row is an action row in CF
             state = state.astype(np.float32)
 

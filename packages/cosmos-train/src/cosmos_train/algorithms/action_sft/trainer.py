@@ -19,6 +19,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
@@ -79,10 +80,19 @@ class ActionSFTTrainer(DiffusionTrainer):
     """Flow matching of video and actions with one sigma per sample, as cosmos-framework trains Cosmos3's modes."""
 
     def __init__(
-        self, adapter, action, fps: float, raw_action_dim: int, cache_latents: bool = False, **kwargs
+        self,
+        adapter,
+        action,
+        fps: float,
+        raw_action_dim: int,
+        cache_latents: bool = False,
+        units: dict | None = None,
+        **kwargs,
     ):
         super().__init__(adapter, **kwargs)
         self.action = action  # the job's [action] section
+        # How the dataset's actions map to the model's (`save_action_settings`' keywords), for the exports.
+        self.units = units or {}
         self.fps = fps
         self.raw_action_dim = raw_action_dim
         self._token_ids: dict[tuple, list[int]] = {}
@@ -117,7 +127,7 @@ class ActionSFTTrainer(DiffusionTrainer):
         loss = action_sft_loss(videos, actions, self.action.video_loss_weight, self.action.action_loss_weight)
         if model.training:  # each part unweighted, per mode, averaged over the logging interval
             for item, video, action in zip(prepared, videos, actions, strict=True):
-                self._parts[f"loss/video/{item.mode}"].append(float(video))
+                self._parts[f"loss/video/{item.mode}"].append(video.item())
                 self._parts[f"loss/action/{item.mode}"].append(float(action))
         return (loss, None) if return_outputs else loss
 
@@ -189,6 +199,17 @@ class ActionSFTTrainer(DiffusionTrainer):
             self._token_ids[key] = action_prompt_ids(self.adapter.pipeline, task, settings, canvas)
         cond, uncond = self._token_ids[key]
         return uncond if dropped else cond
+
+    # --- exports: the pipeline, and the settings a policy call samples with ---------------------------------
+
+    def export(self, folder: Path) -> Path:
+        from diffusers_cosmos3.actions import save_action_settings
+
+        folder = super().export(folder)
+        if self.args.should_save:
+            mode = "policy" if self.action.mode == "joint" else self.action.mode
+            save_action_settings(folder, self.settings(mode), **self.units)
+        return folder
 
     # --- the optimizer: the action heads at their own rate ----------------------------------------------
 
@@ -267,12 +288,18 @@ def run_action_sft(job: Job, callbacks: list | None = None) -> ActionSFTTrainer:
             f"{job.source}: [action] raw_action_dim {raw_action_dim} is wider than the model's action_dim "
             f"{adapter.transformer.config.action_dim}"
         )
+    units = {"normalization": spec.normalization, "stats": None, "normalize_state": False}
+    if spec.normalization != "none":
+        units["stats"] = folder.action_stats(spec)
+        if first.state is not None:
+            units["normalize_state"] = spec.normalizes_state(first.state.shape[0], first.actions.shape[1])
     trainer = ActionSFTTrainer(
         adapter,
         config.action,
         fps=config.action.fps or folder.fps,
         raw_action_dim=raw_action_dim,
         cache_latents=config.data.cache,
+        units=units,
         ema_decay=config.ema_decay(),
         weight_copies=config.weight_copies(),
         args=job.args,
