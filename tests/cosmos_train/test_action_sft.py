@@ -76,7 +76,7 @@ def test_validate_config_checks_the_dataset_without_decoding(tmp_path, tiny_acti
 def test_policy_loss_falls_and_the_export_runs_in_upstreams_pipeline(tmp_path, tiny_action_model, reach2d):
     from cosmos_train.algorithms.action_sft.trainer import run_action_sft
 
-    job = read_job(action_job(tmp_path, tiny_action_model, reach2d, train={"max_steps": 30, "learning_rate": 2e-3},
+    job = read_job(action_job(tmp_path, tiny_action_model, reach2d, train={"max_steps": 30, "learning_rate": 2e-3, "save_strategy": "steps", "save_steps": 30},
                               action={"caption_dropout": 0.0}, data_extra={"normalization": "mean_std"}))  # fmt: skip
     torch.manual_seed(0)
     trainer = run_action_sft(job)
@@ -104,6 +104,11 @@ def test_policy_loss_falls_and_the_export_runs_in_upstreams_pipeline(tmp_path, t
     assert len(policy.stats["mean"]) == 2
     chunk = policy(frame, "reach the red target", generator=torch.Generator().manual_seed(0))
     assert chunk.shape == (CHUNK, 2) and chunk.dtype.name == "float32"
+    # `cosmos-train export` of the checkpoint carries the settings too.
+    exported = tmp_path / "exported"
+    result = CliRunner().invoke(app, ["export", str(tmp_path / "run" / "checkpoint-30"), str(exported)])
+    assert result.exit_code == 0, result.output
+    assert (exported / "action_settings.json").read_text() == (export / "action_settings.json").read_text()
 
 
 def test_kept_latents_train_as_encoding_each_time(tmp_path, tiny_action_model, reach2d):

@@ -137,6 +137,7 @@ Examples:
         schema="cosmos_train.algorithms.action_sft.schema:ActionSFTJob",
         run="cosmos_train.algorithms.action_sft.trainer:run_action_sft",
         family="diffusion",
+        export="cosmos_train.algorithms.action_sft.trainer:export_action_run",
         help="""Cosmos3 action post-training from a LeRobot dataset: a policy, forward dynamics or inverse dynamics.
 
 As cosmos-framework's action recipes train them: windows of chunk_size + 1 frames and chunk_size actions, the

@@ -309,3 +309,22 @@ def run_action_sft(job: Job, callbacks: list | None = None) -> ActionSFTTrainer:
     )
     train_and_save(trainer, job)
     return trainer
+
+
+def export_action_run(checkpoint: Path, out: Path, kind: str, record: dict, **options) -> Path:
+    """`cosmos-train export` of an action-sft checkpoint: the diffusion export of its pipeline, with the action
+    settings the run's own export of that step holds (what `Cosmos3ActionPolicy.from_pretrained` samples with)."""
+    import shutil
+
+    from diffusers_cosmos3.actions import ACTION_SETTINGS_FILE
+
+    from ...diffusion.export import export_run
+    from ..diffusion.trainer import EXPORTS
+
+    step = checkpoint.name.rsplit("-", 1)[-1]
+    settings = checkpoint.parent / EXPORTS / f"step_{step}" / ACTION_SETTINGS_FILE
+    if not settings.is_file():
+        raise FileNotFoundError(f"{settings}: the run's export of step {step} holds no action settings")
+    folder = export_run(checkpoint, out, kind, record, **options)
+    shutil.copy2(settings, Path(folder) / ACTION_SETTINGS_FILE)
+    return folder
