@@ -32,6 +32,7 @@ def reach2d(tmp_path_factory):
 
 
 def action_job(folder, model, data, action=None, train=None, data_extra=None):
+    """An action-sft job on Reach2D's 2-D actions (`pusht`'s width), 4-action windows from episodes 0 and 1."""
     action = {"mode": "policy", "chunk_size": CHUNK, "domain": "pusht", "resolution_tier": 256} | (
         action or {}
     )
@@ -130,3 +131,52 @@ def test_kept_latents_train_as_encoding_each_time(tmp_path, tiny_action_model, r
     assert runs[False].latents is None and not runs[False].train_dataset.encoded
     parts = {key for entry in logged[True] for key in entry if key.startswith("loss/")}
     assert parts and all(key.split("/")[1] in ("video", "action") for key in parts)
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_is_bit_equal(tmp_path, tiny_action_model, reach2d):
+    """Killed once a checkpoint is complete, the job resumes to the uninterrupted run's weights and EMA (joint modes,
+    caption dropout and kept latents draw from the restored random state)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+    from sft_helpers import cli
+
+    from cosmos_train.checkpoints import is_complete
+
+    train = {"max_steps": 8, "save_strategy": "steps", "save_steps": 4, "resume_from_checkpoint": True}
+    settings = {"action": {"mode": "joint", "caption_dropout": 0.3, "ema_decay": 0.9},
+                "data_extra": {"cache": True}, "train": train}  # fmt: skip
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    runs = {}
+    for name in ("reference", "killed"):
+        folder = tmp_path / name
+        folder.mkdir()
+        runs[name] = (folder, action_job(folder, tiny_action_model, reach2d, **settings))
+    done = cli("action-sft", "-c", runs["reference"][1], env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    folder, job = runs["killed"]
+    exe = Path(sys.executable).with_name("cosmos-train")
+    process = subprocess.Popen(
+        [exe, "action-sft", "-c", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    run, deadline = folder / "run", time.monotonic() + 600
+    while not is_complete(run / "checkpoint-4") and time.monotonic() < deadline:
+        assert process.poll() is None, "training ended before it could be killed"
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    assert not (run / "checkpoint-8").exists()
+    resumed = cli("action-sft", "-c", job, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stderr
+    for name in ("model.safetensors", "ema.safetensors"):
+        final, reference = load_file(run / name), load_file(runs["reference"][0] / "run" / name)
+        assert final.keys() == reference.keys(), name
+        assert all(torch.equal(final[key], reference[key]) for key in reference), name
