@@ -284,6 +284,9 @@ FULL_SIZE = {
     "diffusion_sft/sd35_medium_lora.toml": "sd3.5-medium",
     "diffusion_rl/cosmos_predict2_5_ddrl.toml": "cosmos_predict2_5",
     "diffusion_rl/sd35_medium_flow_grpo.toml": "sd3.5-medium",
+    "action_sft/cosmos3_policy_libero.toml": "cosmos3_action",
+    "action_sft/cosmos3_policy_droid.toml": "cosmos3_action",
+    "action_sft/cosmos3_forward_dynamics_droid.toml": "cosmos3_action",
 }
 
 
