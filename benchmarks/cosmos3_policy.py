@@ -5,9 +5,9 @@ tiny Cosmos3 a policy, forward dynamics and inverse dynamics from a LeRobot data
 
 1. Reach2D episodes (seeded: the scripted expert reaching the named target) are written as a LeRobot v3.0 dataset,
    with disjoint held-out episodes.
-2. A tiny Cosmos3 with action heads is built (seeded) and its VAE's latent statistics are set from the domain's
-   frames, as a real VAE's `latents_mean` / `latents_std` are measured on its data: the random tiny VAE's latents vary
-   by a few percent of their offset, which the normalisation would otherwise leave buried.
+2. A tiny Cosmos3 with action heads is built (seeded); its VAE is first trained as an autoencoder on the domain's
+   frames and its latent statistics measured on them (a random tiny VAE's latents barely move with the scene, and
+   its decoder inverts nothing).
 3. Each mode trains with the real CLI (`cosmos-train action-sft`) from that model; the exports are evaluated:
    - policy: held-out open-loop action error of the chunk it samples, against the untrained model and against
      repeating the last action; closed-loop success in the gymnasium environment over seeded episodes, against the
@@ -43,23 +43,41 @@ SIZE = 128
 COLORS = ("red",)
 
 
-def calibrated_model(folder: Path, dataset: Path, seed: int) -> Path:
-    """The tiny Cosmos3 with action heads, its VAE's latent mean and std measured on the domain's windows."""
+def domain_model(folder: Path, dataset: Path, seed: int, vae_steps: int) -> Path:
+    """The tiny Cosmos3 with action heads, its VAE first trained as an autoencoder on the domain's training frames (a
+    random tiny VAE barely moves its latents with the scene, and its decoder inverts nothing, so neither frames nor
+    actions could be learned through it), then its latent mean and std measured on the windows, as a real VAE's
+    `latents_mean` / `latents_std` are measured on its data."""
     from cosmos_train.data.lerobot import ActionSpec, LeRobotFolder
     from diffusers_cosmos3.actions import ActionSettings, conditioning_latents
     from diffusers_cosmos3.testing import build_pipeline
 
+    torch.manual_seed(seed)
     pipe = build_pipeline(action=True, seed=seed)
     data, spec = (
         LeRobotFolder(dataset),
         ActionSpec(cameras=(CAMERA,), action_columns=(ACTION,), chunk_size=CHUNK),
     )
+    split = json.loads((dataset / "split.json").read_text())
+    frames = np.concatenate([data.read_window(spec, e, 0).frames for e in split["train"]])
+    pixels = torch.from_numpy(frames).permute(0, 3, 1, 2).float() / 127.5 - 1  # [N, 3, H, W] in [-1, 1]
+    vae = pipe.vae.train()
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=2e-3)
+    for _ in range(vae_steps):  # 1-frame videos, reconstruction with a light KL
+        batch = pixels[torch.randint(len(pixels), (8,))][:, :, None]
+        posterior = vae.encode(batch).latent_dist
+        loss = ((vae.decode(posterior.sample()).sample - batch) ** 2).mean() + 1e-6 * posterior.kl().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    vae.eval().requires_grad_(False)
+    print(f"  autoencoder: reconstruction error {loss.item():.4f} after {vae_steps} steps", flush=True)
     settings = ActionSettings("policy", CHUNK, DOMAIN, 2, data.fps, resolution_tier=256)
     with torch.no_grad():
         latents = torch.stack(
             [
-                conditioning_latents(pipe, data.read_window(spec, e.index, 0).frames, settings)[0]
-                for e in data.episodes
+                conditioning_latents(pipe, data.read_window(spec, e, 0).frames, settings)[0]
+                for e in split["train"]
             ]
         )
     pipe.vae.register_to_config(
@@ -117,7 +135,7 @@ def main() -> None:
         size=SIZE, colors=COLORS,
     )  # fmt: skip
     split = json.loads((dataset / "split.json").read_text())
-    model = calibrated_model(work / "model", dataset, args.seed)
+    model = domain_model(work / "model", dataset, args.seed, args.vae_steps)
     payload: dict = {"seed": args.seed, "steps": args.steps, "chunk_size": CHUNK, "size": SIZE}
     exports = {}
     for mode in ("policy", "forward_dynamics", "inverse_dynamics"):
@@ -291,6 +309,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.steps = args.steps or (200 if args.quick else 1500)
+    args.vae_steps = 300 if args.quick else 1500
     args.train_episodes, args.held_out_episodes = (16, 4) if args.quick else (64, 16)
     args.closed_loop_episodes = 4 if args.quick else 16
     args.out = args.out or default_out("cosmos3_policy", published=not args.quick)

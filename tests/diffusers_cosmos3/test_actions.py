@@ -182,3 +182,23 @@ def test_what_upstream_cannot_express(pipe, window, tmp_path):
     np.testing.assert_allclose(chunk, model_space.numpy() * 2.0, atol=1e-5)  # mid 0, half range 2
     with pytest.raises(ValueError, match="use_state"):
         sample_action_chunk(policy.pipe, settings, frames[0], TASK, num_inference_steps=1)
+
+
+def test_uint8_frames_in_any_form_are_the_pil_images(pipe, window):
+    """A uint8 frame, a list of them or a `[T, H, W, 3]` array encode as the same frames given as PIL images (upstream
+    reads uint8 numpy as floats in [0, 1]: a policy fed camera arrays would see noise)."""
+    frames, _ = window
+    settings = ActionSettings("inverse_dynamics", CHUNK, DOMAIN, RAW_DIM, FPS, resolution_tier=256)
+    expected, _ = conditioning_latents(pipe, [Image.fromarray(f) for f in frames], settings)
+    for given in (frames, list(frames), torch.from_numpy(frames)):
+        torch.testing.assert_close(conditioning_latents(pipe, given, settings)[0], expected)
+    one, _ = conditioning_latents(pipe, frames[0], settings)
+    torch.testing.assert_close(one, conditioning_latents(pipe, [Image.fromarray(frames[0])], settings)[0])
+    chunk = sample_action_chunk(
+        pipe, settings, list(frames), TASK, num_inference_steps=2, generator=torch.Generator().manual_seed(1)
+    )
+    same = sample_action_chunk(
+        pipe, settings, [Image.fromarray(f) for f in frames], TASK, num_inference_steps=2,
+        generator=torch.Generator().manual_seed(1),
+    )  # fmt: skip
+    torch.testing.assert_close(chunk, same)

@@ -124,11 +124,10 @@ def conditioning_latents(pipe, frames, settings: ActionSettings) -> tuple[torch.
     """The clean vision latents `[C, T, h, w]` of `chunk_size + 1` frames on the tier's canvas, cropped to the
     content as the pipeline crops them, and the canvas `(height, width)` (which the caption states).
 
-    `frames`: `[T, H, W, 3]` uint8 (numpy or torch), a list of PIL images, or anything the pipeline's
-    `CosmosActionCondition.video` takes; fewer than `chunk_size + 1` frames repeat the last, as upstream does."""
-    if hasattr(frames, "shape") and len(frames.shape) == 4 and frames.shape[-1] == 3:
-        # Upstream reads a uint8 numpy frame as floats in [0, 1]: pixels go in as [T, 3, H, W] in [0, 1].
-        frames = torch.as_tensor(frames).permute(0, 3, 1, 2).float() / 255.0
+    `frames`: uint8 pixels (`[T, H, W, 3]`, one `[H, W, 3]` image, or a list of them; numpy or torch), a list of PIL
+    images, or anything else the pipeline's `CosmosActionCondition.video` takes; fewer than `chunk_size + 1` frames
+    repeat the last, as upstream does."""
+    frames = _unit_pixels(frames)
     device, dtype = pipe._execution_device, pipe.transformer.dtype
     video, image_size, height, width = pipe._prepare_action_video_conditioning(
         frames, settings.resolution_tier, settings.num_frames, device=device, dtype=dtype
@@ -136,6 +135,25 @@ def conditioning_latents(pipe, frames, settings: ActionSettings) -> tuple[torch.
     latents = pipe._encode_video(video).contiguous().float()
     latents = pipe._remove_action_video_padding_from_latent(latents, image_size)
     return latents[0], (height, width)
+
+
+def _unit_pixels(frames):
+    """uint8 frames as `[T, 3, H, W]` floats in [0, 1]: upstream reads a uint8 numpy frame as if it held floats in
+    [0, 1] (values up to 255 then go through its normalisation), so pixels never reach it as uint8. PIL images and
+    float tensors pass as given."""
+    if (
+        isinstance(frames, list | tuple)
+        and frames
+        and all(hasattr(f, "shape") and len(f.shape) == 3 for f in frames)
+    ):
+        frames = torch.stack([torch.as_tensor(f) for f in frames])
+    elif hasattr(frames, "shape") and len(frames.shape) == 3 and frames.shape[-1] == 3:
+        frames = torch.as_tensor(frames)[None]
+    if hasattr(frames, "shape") and len(frames.shape) == 4 and frames.shape[-1] == 3:
+        pixels = torch.as_tensor(frames)
+        if pixels.dtype == torch.uint8:
+            return pixels.permute(0, 3, 1, 2).float() / 255.0
+    return frames
 
 
 def action_prompt_ids(
@@ -237,8 +255,8 @@ def sample_action_chunk(
         )
     if settings.use_state and state is None:
         raise ValueError("these settings put a state row first (use_state): pass the current state")
-    if not isinstance(frames, list | tuple) and not (hasattr(frames, "shape") and len(frames.shape) == 4):
-        frames = [frames]  # one image
+    if not isinstance(frames, list | tuple) and not hasattr(frames, "shape"):
+        frames = [frames]  # one PIL image
     device = pipe._execution_device
     transformer = pipe.transformer
     x0, canvas = conditioning_latents(pipe, frames, settings)
