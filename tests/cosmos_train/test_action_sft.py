@@ -180,3 +180,16 @@ def test_sigkill_then_resume_is_bit_equal(tmp_path, tiny_action_model, reach2d):
         final, reference = load_file(run / name), load_file(runs["reference"][0] / "run" / name)
         assert final.keys() == reference.keys(), name
         assert all(torch.equal(final[key], reference[key]) for key in reference), name
+
+
+def test_the_memory_estimates_canvas_is_upstreams_largest():
+    """`TIER_LARGEST_CANVAS` (what estimate-memory sizes an action job's frames at) is the largest canvas of each tier
+    in upstream's own table."""
+    from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _ACTION_RESOLUTION_BINS
+
+    from cosmos_train.algorithms.action_sft.schema import TIER_LARGEST_CANVAS
+
+    for tier, canvases in _ACTION_RESOLUTION_BINS.items():
+        largest = max(h * w for h, w in canvases.values())
+        height, width = TIER_LARGEST_CANVAS[int(tier)]
+        assert height * width == largest and (height, width) in canvases.values(), tier

@@ -68,19 +68,22 @@ TRAINING_RANGES: dict[str, Any] = {
 def _report_to(value: str | list[str] | None) -> str | list[str] | None:
     """Known tracker names only: a typo would otherwise surface after the model loads (whether each is installed is
     checked with the trainer config, where transformers is imported anyway)."""
-    names = [value] if isinstance(value, str) else list(value or [])
     known = tracker_names()
-    for name in names:
+    for name in _named_trackers(value):
         if name not in ("all", "none") and name not in known:
             raise ValueError(f"unknown tracker '{name}'; expected none, all or one of {', '.join(known)}")
     return value
+
+
+def _named_trackers(value: str | list[str] | None) -> list[str]:
+    return [value] if isinstance(value, str) else list(value or [])
 
 
 def _check_trackers_installed(train: Section, source: str) -> None:
     from transformers.integrations.integration_utils import get_available_reporting_integrations
 
     value = getattr(train, "report_to", None)
-    for name in [value] if isinstance(value, str) else list(value or []):
+    for name in _named_trackers(value):
         if name not in ("all", "none") and name not in get_available_reporting_integrations():
             raise ConfigError(
                 f"{source}: [train] report_to: tracker '{name}' is not installed (pip install {name})"

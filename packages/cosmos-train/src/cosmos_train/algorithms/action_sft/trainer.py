@@ -281,7 +281,7 @@ def run_action_sft(job: Job, callbacks: list | None = None) -> ActionSFTTrainer:
         )
     heads = train_action_heads(adapter.transformer, fresh=config.action.action_heads == "fresh")
     logger.info("training on %d windows; the action heads (%d parameters) train too", len(windows), heads)
-    first = folder.read_window(spec, *windows[0])
+    first = folder.read_window(spec, *windows[0], frames=False)  # its widths: no video to decode
     raw_action_dim = config.action.raw_action_dim or first.actions.shape[-1]
     if raw_action_dim > adapter.transformer.config.action_dim:
         raise ConfigError(
