@@ -112,6 +112,51 @@ def test_policy_loss_falls_and_the_export_runs_in_upstreams_pipeline(tmp_path, t
     assert (exported / "action_settings.json").read_text() == (export / "action_settings.json").read_text()
 
 
+def test_a_lora_policy_exports_its_heads_and_runs_as_its_merged_export(tmp_path, tiny_action_model, reach2d):
+    """`[lora]`: only the LoRA and the (fresh) action heads train; the run's LoRA export (the LoRA, the heads beside it,
+    the base it applies to) samples the same chunk as `cosmos-train export --merge-lora` of the same checkpoint run
+    through upstream's own pipeline loader."""
+    from safetensors.torch import load_file
+
+    from cosmos_train.algorithms.action_sft.trainer import run_action_sft
+    from diffusers_cosmos3.actions import ACTION_HEADS_FILE, Cosmos3ActionPolicy
+
+    path = action_job(tmp_path, tiny_action_model, reach2d, action={"action_heads": "fresh", "caption_dropout": 0.0},
+                      train={"max_steps": 3, "save_strategy": "steps", "save_steps": 3})  # fmt: skip
+    path.write_text(path.read_text() + "[lora]\nr = 4\nalpha = 4\n")
+    trainer = run_action_sft(read_job(path))
+    trained = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in n or n.startswith("action_") for n in trained), sorted(trained)[:5]
+    assert any(n.startswith("action_proj_in") for n in trained)
+
+    export = tmp_path / "run" / "safetensors" / "step_3"
+    assert not (export / "model_index.json").exists()
+    heads = load_file(str(export / "lora" / ACTION_HEADS_FILE))
+    assert set(heads) == {n for n in trained if "lora_" not in n}
+    merged = tmp_path / "merged"
+    result = CliRunner().invoke(
+        app, ["export", str(tmp_path / "run" / "checkpoint-3"), str(merged), "--merge-lora"]
+    )
+    assert result.exit_code == 0, result.output
+    unmerged = tmp_path / "unmerged"
+    result = CliRunner().invoke(app, ["export", str(tmp_path / "run" / "checkpoint-3"), str(unmerged)])
+    assert result.exit_code == 0, result.output
+
+    frame = trainer.train_dataset[0]["frames"][0]
+    chunks = {}
+    for name, folder in (("run", export), ("merged", merged), ("unmerged", unmerged)):
+        policy = Cosmos3ActionPolicy.from_pretrained(
+            folder, num_inference_steps=2, enable_safety_checker=False
+        )
+        chunks[name] = policy(frame, "reach the red target", generator=torch.Generator().manual_seed(0))
+    base = Cosmos3ActionPolicy(type(policy.pipe).from_pretrained(tiny_action_model, enable_safety_checker=False),
+                               policy.settings, num_inference_steps=2)  # fmt: skip
+    untrained = base(frame, "reach the red target", generator=torch.Generator().manual_seed(0))
+    assert abs(chunks["run"] - untrained).max() > 1e-2  # the heads and the LoRA took effect
+    for name in ("merged", "unmerged"):
+        assert abs(chunks["run"] - chunks[name]).max() < 1e-4, name
+
+
 def test_kept_latents_train_as_encoding_each_time(tmp_path, tiny_action_model, reach2d):
     """`[data] cache`: each window's frames are decoded and encoded once; the losses equal encoding every time, and
     the per-mode parts are logged."""

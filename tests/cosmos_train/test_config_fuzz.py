@@ -735,12 +735,6 @@ WRITTEN = [
         ("[model]", "Cosmos2_5_PredictBasePipeline", "Cosmos3OmniPipeline"),
     ),
     Case(
-        "action-lora",
-        "action-sft",
-        ACTION.replace("[data]", "[lora]\nr = 8\nalpha = 8\n[data]"),
-        ("[lora] is not supported by action-sft",),
-    ),
-    Case(
         "action-mode-typo",
         "action-sft",
         ACTION.replace('mode = "policy"', 'mode = "polcy"'),

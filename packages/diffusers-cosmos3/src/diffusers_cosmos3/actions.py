@@ -19,6 +19,7 @@ upstream's table), a clean state row first at offset 0 (`use_state`), the datase
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -359,8 +360,15 @@ class Cosmos3ActionPolicy:
 
     @classmethod
     def from_pretrained(
-        cls, folder, num_inference_steps: int = 30, guidance_scale: float = 1.0, **pipeline_kwargs
+        cls,
+        folder,
+        num_inference_steps: int = 30,
+        guidance_scale: float = 1.0,
+        base: str | None = None,
+        **pipeline_kwargs,
     ):
+        """An export's pipeline and settings. A LoRA export (`lora/` beside `action_settings.json`) loads its base
+        model (`base`, else the one the settings name) and then the LoRA and the trained action heads."""
         import json
         from pathlib import Path
 
@@ -370,7 +378,15 @@ class Cosmos3ActionPolicy:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no action settings (an action-sft export writes them)")
         record = json.loads(path.read_text())
-        pipe = Cosmos3OmniPipeline.from_pretrained(folder, **pipeline_kwargs)
+        lora = Path(folder) / ACTION_LORA_FOLDER
+        if lora.is_dir() and not (Path(folder) / "model_index.json").is_file():
+            base = base or record.get("base")
+            if base is None:
+                raise ValueError(f"{folder} is a LoRA export without its base model: pass base=")
+            pipe = Cosmos3OmniPipeline.from_pretrained(base, **pipeline_kwargs)
+            load_action_lora(pipe, lora)
+        else:
+            pipe = Cosmos3OmniPipeline.from_pretrained(folder, **pipeline_kwargs)
         return cls(
             pipe,
             ActionSettings(**record["settings"]),
@@ -405,9 +421,10 @@ class Cosmos3ActionPolicy:
 
 
 def save_action_settings(
-    folder, settings: ActionSettings, normalization="none", stats=None, normalize_state=False
+    folder, settings: ActionSettings, normalization="none", stats=None, normalize_state=False, base=None
 ):
-    """`folder/action_settings.json`: what `Cosmos3ActionPolicy.from_pretrained` samples with."""
+    """`folder/action_settings.json`: what `Cosmos3ActionPolicy.from_pretrained` samples with (`base`: the model a
+    LoRA export applies to)."""
     import dataclasses
     import json
     from pathlib import Path
@@ -420,4 +437,55 @@ def save_action_settings(
         "stats": None if stats is None else {k: np.asarray(v).tolist() for k, v in stats.items()},
         "normalize_state": normalize_state,
     }
+    if base is not None:
+        record["base"] = str(base)
     (Path(folder) / ACTION_SETTINGS_FILE).write_text(json.dumps(record, indent=1) + "\n")
+
+
+# --- LoRA exports: the LoRA in diffusers' format, and the action heads, which train in full beside it --------------
+
+ACTION_LORA_FOLDER = "lora"
+ACTION_HEADS_FILE = "action_heads.safetensors"
+# The action heads (cosmos-framework's action2llm, llm2action, action_modality_embed).
+ACTION_HEAD = re.compile(r"^(action_proj_in|action_proj_out|action_modality_embed)(\.|$)")
+LORA_WEIGHTS = "pytorch_lora_weights.safetensors"
+
+
+def action_head_state(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The action heads' tensors of a transformer's state dict (a LoRA never holds them: they train in full)."""
+    return {k: v.detach().cpu().contiguous() for k, v in state_dict.items() if ACTION_HEAD.search(k)}
+
+
+def save_action_heads(folder, state_dict: dict[str, torch.Tensor]) -> None:
+    """`folder/action_heads.safetensors`: the action heads of `state_dict`, under the transformer's own names."""
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    heads = action_head_state(state_dict)
+    if not heads:
+        raise ValueError("the state dict holds no action heads (action_proj_in, action_proj_out, ...)")
+    save_file(heads, str(Path(folder) / ACTION_HEADS_FILE), metadata={"format": "pt"})
+
+
+def load_action_lora(pipe, folder) -> None:
+    """Apply an action-sft LoRA export's `lora/` folder to `pipe`: the LoRA (diffusers' `load_lora_adapter`) and
+    the action heads, every one of which must match the transformer's."""
+    import importlib.util
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    if importlib.util.find_spec("peft") is None:
+        raise ImportError(f"{folder} is a LoRA: loading it needs PEFT (pip install 'diffusers-cosmos3[lora]')")
+    folder = Path(folder)
+    heads = load_file(str(folder / ACTION_HEADS_FILE))
+    own = pipe.transformer.state_dict()
+    wrong = sorted(k for k, v in heads.items() if k not in own or own[k].shape != v.shape)
+    if wrong or len(heads) != len(action_head_state(own)):
+        raise ValueError(
+            f"{folder / ACTION_HEADS_FILE}: its action heads do not fit this transformer "
+            f"({wrong[:3] or 'some heads missing'}): was it trained from this base?"
+        )
+    pipe.transformer.load_lora_adapter(str(folder), weight_name=LORA_WEIGHTS)
+    pipe.transformer.load_state_dict(heads, strict=False)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from .adapter import DiffusionAdapter
@@ -39,9 +40,10 @@ def export_pipeline(
     merge_lora: bool = False,
     overwrite: bool = False,
     card: str | None = None,
+    extras: Callable[[Path, DiffusionAdapter], None] | None = None,
 ) -> Path:
     """Write the adapter's pipeline as users load it, atomically (see the module docstring); `card` becomes the
-    folder's README.md."""
+    folder's README.md; `extras(folder, adapter)` adds a kind's own files inside the same atomic write."""
     from transformers_cosmos3.checkpoint import atomic_directory
 
     with atomic_directory(folder, overwrite=overwrite) as scratch:
@@ -58,6 +60,8 @@ def export_pipeline(
             adapter.pipeline.save_pretrained(scratch)
         if card is not None:
             (scratch / "README.md").write_text(card)
+        if extras is not None:
+            extras(scratch, adapter)
     return folder
 
 
@@ -69,8 +73,10 @@ def export_run(
     merge_lora: bool = False,
     ema: bool | None = None,
     overwrite: bool = False,
+    extras: Callable[[Path, DiffusionAdapter], None] | None = None,
 ) -> Path:
-    """Export a diffusion run's checkpoint (`record` is its job record); every refusal comes before loading."""
+    """Export a diffusion run's checkpoint (`record` is its job record); every refusal comes before loading.
+    `extras` as `export_pipeline`'s."""
     from safetensors.torch import load_file
 
     from ..config import LoraSection, PipelineSection
@@ -118,4 +124,6 @@ def export_run(
     card = CARD.format(
         base=model.name_or_path, kind=kind, name=out.name, what=what, usage=usage, job=job_section(checkpoint)
     )
-    return export_pipeline(adapter, out, lora, merge_lora=merge_lora, overwrite=overwrite, card=card)
+    return export_pipeline(
+        adapter, out, lora, merge_lora=merge_lora, overwrite=overwrite, card=card, extras=extras
+    )

@@ -2,8 +2,9 @@
 from a LeRobot dataset, as cosmos-framework's action recipes train them; `[train]` takes `TrainingArguments`.
 
 `[data]` names the dataset's cameras and columns (`LeRobotData`); `[action]` the mode, the chunk, the embodiment
-domain and the loss weights. Full fine-tuning of the generator tower and the action heads, the reasoner frozen, as
-the reference trains (`keys_to_select`); the action heads learn at `action_lr_multiplier` times the rate.
+domain and the loss weights. The generator tower trains in full, as the reference trains it (`keys_to_select`), or
+as a LoRA (`[lora]`, the generator's attention and MLP by default); the reasoner stays frozen. The action heads
+always train in full, at `action_lr_multiplier` times the rate; a LoRA export keeps them beside the LoRA.
 """
 
 from __future__ import annotations
@@ -110,11 +111,6 @@ class ActionSFTJob(DiffusionJob):
 
     @model_validator(mode="after")
     def _sections_agree(self):
-        if self.lora is not None:
-            raise ValueError(
-                "[lora] is not supported by action-sft yet: the reference trains the generator and the action heads "
-                "in full (remove [lora])"
-            )
         if self.action.use_state and not self.data.state_columns:
             raise ValueError("[action] use_state needs [data] state_columns")
         needed = {"single": 1, "wrist_over_pair": 3}.get(self.data.layout)

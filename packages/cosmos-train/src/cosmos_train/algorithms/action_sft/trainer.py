@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import logging
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +31,6 @@ from .loss import TIER_SHIFTS, action_loss, action_sft_loss, canvas_tier, draw_s
 
 logger = logging.getLogger(__name__)
 
-# The action heads (cosmos-framework's action2llm, llm2action, action_modality_embed).
-ACTION_HEAD = re.compile(r"^(action_proj_in|action_proj_out|action_modality_embed)(\.|$)")
 SINGLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")
 
 
@@ -87,9 +84,11 @@ class ActionSFTTrainer(DiffusionTrainer):
         raw_action_dim: int,
         cache_latents: bool = False,
         units: dict | None = None,
+        base: str | None = None,
         **kwargs,
     ):
         super().__init__(adapter, **kwargs)
+        self.base = base  # the model trained from: a LoRA export applies to it
         self.action = action  # the job's [action] section
         # How the dataset's actions map to the model's (`save_action_settings`' keywords), for the exports.
         self.units = units or {}
@@ -128,7 +127,7 @@ class ActionSFTTrainer(DiffusionTrainer):
         if model.training:  # each part unweighted, per mode, averaged over the logging interval
             for item, video, action in zip(prepared, videos, actions, strict=True):
                 self._parts[f"loss/video/{item.mode}"].append(video.item())
-                self._parts[f"loss/action/{item.mode}"].append(float(action))
+                self._parts[f"loss/action/{item.mode}"].append(torch.as_tensor(action).item())
         return (loss, None) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -202,18 +201,15 @@ class ActionSFTTrainer(DiffusionTrainer):
 
     # --- exports: the pipeline, and the settings a policy call samples with ---------------------------------
 
-    def export(self, folder: Path) -> Path:
-        from diffusers_cosmos3.actions import save_action_settings
-
-        folder = super().export(folder)
-        if self.args.should_save:
-            mode = "policy" if self.action.mode == "joint" else self.action.mode
-            save_action_settings(folder, self.settings(mode), **self.units)
-        return folder
+    def export_extras(self, folder: Path, adapter) -> None:
+        mode = "policy" if self.action.mode == "joint" else self.action.mode
+        write_action_files(folder, adapter, self.settings(mode), self.units, self.lora is not None, self.base)
 
     # --- the optimizer: the action heads at their own rate ----------------------------------------------
 
     def create_optimizer(self, model=None):
+        from diffusers_cosmos3.actions import ACTION_HEAD
+
         if self.optimizer is not None:
             return self.optimizer
         model = model or self.model
@@ -237,6 +233,17 @@ class ActionSFTTrainer(DiffusionTrainer):
         return self.optimizer
 
 
+def write_action_files(folder: Path, adapter, settings, units: dict, lora: bool, base: str | None) -> None:
+    """An export's action files: the settings a policy call samples with, and for a LoRA export (not merged) the
+    action heads beside the LoRA, with the base model it applies to."""
+    from diffusers_cosmos3.actions import ACTION_LORA_FOLDER, save_action_heads, save_action_settings
+
+    merged = (folder / "model_index.json").is_file()
+    if lora and not merged:
+        save_action_heads(folder / ACTION_LORA_FOLDER, adapter.transformer.state_dict())
+    save_action_settings(folder, settings, **units, base=None if merged else base)
+
+
 def fresh_action_heads(transformer) -> None:
     """cosmos-framework's initialisation of the action heads (`cosmos3_vfm_network.py`): the input projection's
     weights truncated-normal with std 1/sqrt(action_dim), the output's and the modality embedding's with std
@@ -258,6 +265,8 @@ def train_action_heads(transformer, fresh: bool) -> int:
         )
     if fresh:
         fresh_action_heads(transformer)
+    from diffusers_cosmos3.actions import ACTION_HEAD
+
     count = 0
     for name, parameter in transformer.named_parameters():
         if ACTION_HEAD.search(name):
@@ -274,7 +283,7 @@ def run_action_sft(job: Job, callbacks: list | None = None) -> ActionSFTTrainer:
     folder = LeRobotFolder(config.data.path)
     spec = ActionSpec(**config.lerobot_request())
     windows = folder.windows(spec, config.data.episodes, stride=config.data.stride)
-    adapter, _ = load_for_training(job)
+    adapter, lora = load_for_training(job)
     if adapter.pipeline_class != "Cosmos3OmniPipeline":
         raise ConfigError(
             f"{job.source}: [model] action-sft trains Cosmos3 pipelines, not {adapter.pipeline_class}"
@@ -300,7 +309,9 @@ def run_action_sft(job: Job, callbacks: list | None = None) -> ActionSFTTrainer:
         raw_action_dim=raw_action_dim,
         cache_latents=config.data.cache,
         units=units,
+        base=config.model.name_or_path,
         ema_decay=config.ema_decay(),
+        lora=lora,
         weight_copies=config.weight_copies(),
         args=job.args,
         train_dataset=WindowDataset(folder, spec, windows),
@@ -312,11 +323,11 @@ def run_action_sft(job: Job, callbacks: list | None = None) -> ActionSFTTrainer:
 
 
 def export_action_run(checkpoint: Path, out: Path, kind: str, record: dict, **options) -> Path:
-    """`cosmos-train export` of an action-sft checkpoint: the diffusion export of its pipeline, with the action
-    settings the run's own export of that step holds (what `Cosmos3ActionPolicy.from_pretrained` samples with)."""
-    import shutil
+    """`cosmos-train export` of an action-sft checkpoint: the diffusion export of its pipeline (or LoRA, with the
+    action heads beside it), with the action settings the run's own export of that step holds."""
+    import json
 
-    from diffusers_cosmos3.actions import ACTION_SETTINGS_FILE
+    from diffusers_cosmos3.actions import ACTION_SETTINGS_FILE, ActionSettings
 
     from ...diffusion.export import export_run
     from ..diffusion.trainer import EXPORTS
@@ -325,6 +336,13 @@ def export_action_run(checkpoint: Path, out: Path, kind: str, record: dict, **op
     settings = checkpoint.parent / EXPORTS / f"step_{step}" / ACTION_SETTINGS_FILE
     if not settings.is_file():
         raise FileNotFoundError(f"{settings}: the run's export of step {step} holds no action settings")
-    folder = export_run(checkpoint, out, kind, record, **options)
-    shutil.copy2(settings, Path(folder) / ACTION_SETTINGS_FILE)
-    return folder
+    saved = json.loads(settings.read_text())
+    units = {key: saved[key] for key in ("normalization", "stats", "normalize_state")}
+
+    def extras(folder: Path, adapter) -> None:
+        base = record["model"]["name_or_path"]
+        write_action_files(
+            folder, adapter, ActionSettings(**saved["settings"]), units, "lora" in record, base
+        )
+
+    return export_run(checkpoint, out, kind, record, extras=extras, **options)

@@ -213,8 +213,11 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
         a partitioned model is gathered first)."""
         with self.weights_for_export(), zero3.whole_on_main_process(self.adapter.transformer):
             if self.args.should_save:
-                export_pipeline(self.adapter, folder, self.lora, overwrite=True)
+                export_pipeline(self.adapter, folder, self.lora, overwrite=True, extras=self.export_extras)
         return folder
+
+    def export_extras(self, folder: Path, adapter: DiffusionAdapter) -> None:
+        """A kind's own files in each export, written inside its atomic write (none by default)."""
 
 
 def transformer_width(transformer: torch.nn.Module) -> int:
