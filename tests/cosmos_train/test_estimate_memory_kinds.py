@@ -51,6 +51,7 @@ CASES = {
     "ddrl-full": ("ddrl", False, {"ddrl": {"ema_decay": 0.9, "kl_beta": 0.01}}, {EMA, KL_REFERENCE}),
     "ddrl-lora": ("ddrl", True, {"ddrl": {"kl_beta": 0.01}}, set()),
     "action-sft-full-ema": ("action-sft", False, {"action": {"ema_decay": 0.9}}, {EMA}),
+    "action-sft-lora": ("action-sft", True, {}, set()),
 }
 
 
@@ -180,3 +181,38 @@ def test_every_kind_gets_an_estimate_with_its_parts(tmp_path, configs, case):
     both = rest + parts["gradients"] + parts["activations"]
     either = rest + max(parts["gradients"], parts["activations"])
     assert estimate["peak_bytes_per_device"] == (both if accumulates else either)
+
+
+def test_the_action_heads_train_in_full_beside_a_lora_or_the_generator(tmp_path, configs, tiny_pipeline):
+    """action-sft's trained parameters, as estimated from configs alone, are what its trainer trains: the real
+    tiny transformer's LoRA factors (or its generator) plus the action heads."""
+    from diffusers import Cosmos3OmniTransformer
+    from peft import LoraConfig
+    from typer.testing import CliRunner
+
+    from cosmos_train.cli import app
+    from cosmos_train.diffusion.families.cosmos3 import Cosmos3Adapter
+    from diffusers_cosmos3.actions import ACTION_HEAD
+
+    def transformer():
+        return Cosmos3OmniTransformer.from_pretrained(
+            tiny_pipeline("cosmos3_action"), subfolder="transformer"
+        )
+
+    def heads(model):
+        return sum(p.numel() for n, p in model.named_parameters() if ACTION_HEAD.search(n))
+
+    full = transformer()
+    Cosmos3Adapter.prepare_full_finetuning(type("Adapter", (), {"transformer": full})())
+    generator = sum(
+        p.numel() for n, p in full.named_parameters() if p.requires_grad and not ACTION_HEAD.search(n)
+    )
+    lora = transformer()
+    lora.add_adapter(LoraConfig(r=4, lora_alpha=8, target_modules=list(Cosmos3Adapter.lora_target_modules)))
+    factors = sum(p.numel() for n, p in lora.named_parameters() if "lora_" in n)
+    for use_lora, expected in ((False, generator + heads(full)), (True, factors + heads(lora))):
+        folder = tmp_path / str(use_lora)
+        folder.mkdir()
+        job = write_job(folder, "action-sft", configs / "action", use_lora, {})
+        shown = CliRunner().invoke(app, ["estimate-memory", str(job), "--json"], catch_exceptions=False)
+        assert json.loads(shown.stdout)[0]["parameters"]["trained"] == expected, use_lora

@@ -1,5 +1,5 @@
 """Full fine-tuning of diffusion models under DeepSpeed ZeRO-3 on 2 processes (gloo), by DiffusionNFT, FlowGRPO,
-DDRL and flow-matching SFT: the copies kept beside the trained weights (the EMA, DiffusionNFT's old policy, the
+DDRL, flow-matching SFT and Cosmos3 action SFT: the copies kept beside the trained weights (the EMA, DiffusionNFT's old policy, the
 frozen KL reference) are partitioned as the weights are, each process holding about half of each; checkpoints keep
 each process's slices, resume continues them bit-equal after kill -9, and exports and validation samples gather
 the weights.
@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from action_helpers import action_job, reach2d_dataset
 from diffusion_helpers import IMAGE_PAIRS, write_diffusion_job
 from diffusion_rl_helpers import write_rl_job
 from launch_helpers import finish, kill_all, start, two_processes
@@ -28,6 +29,7 @@ from PIL import Image
 from safetensors.torch import load_file
 from sft_helpers import cli_in_process
 
+from cosmos_train.algorithms.action_sft.trainer import train_action_heads
 from cosmos_train.checkpoints import is_complete
 from cosmos_train.diffusion.loading import load_adapter, prepare_training
 from cosmos_train.diffusion.weights import ExponentialAverage, OldPolicy, ParameterCopy
@@ -74,12 +76,20 @@ def diffusion_sft_job(folder: Path, models) -> Path:
     )
 
 
+def action_sft_job(folder: Path, models) -> Path:
+    # A Cosmos3 policy with its action heads (trained at 5x the rate) and an EMA, 2 windows per process.
+    train = TRAIN | {"per_device_train_batch_size": 2, "logging_steps": 1, "save_strategy": "steps"}
+    data = reach2d_dataset(folder / "reach2d")
+    return action_job(folder, models("cosmos3_action"), data, action={"ema_decay": 0.9}, train=train)
+
+
 # command: (its pipeline, its job, the copies it keeps)
 CASES = {
     "diffusion-sft": ("sd3", diffusion_sft_job, {"ema"}),
     "nft": ("sd3", nft_job, {"ema", "old_policy", "reference"}),
     "flow-grpo": ("sana", flow_grpo_job, {"ema", "reference"}),
     "ddrl": ("sana", ddrl_job, {"ema", "reference"}),
+    "action-sft": ("cosmos3_action", action_sft_job, {"ema"}),
 }
 
 
@@ -127,6 +137,8 @@ def saved_copy(model: Path, checkpoint: Path, kind: type[ParameterCopy]) -> dict
     """A copy saved in `checkpoint` (whole or in slices), read into a whole transformer as `export` does."""
     adapter = load_adapter(str(model))
     prepare_training(adapter, None)
+    if getattr(adapter.transformer.config, "action_gen", False):  # action-sft trains the action heads too
+        train_action_heads(adapter.transformer, fresh=False)
     copy = (
         ExponentialAverage(adapter.transformer, 0.9)
         if kind is ExponentialAverage

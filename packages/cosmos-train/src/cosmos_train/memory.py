@@ -419,6 +419,10 @@ def estimate_diffusion(job, processes: int, backend: str) -> Estimate:
         _mark_lora_factors(transformer)
     else:  # the family's own rule (Cosmos3: the generator only)
         adapter_class.prepare_full_finetuning(SimpleNamespace(transformer=transformer))
+    if (pattern := config.fully_trained_parameters()) is not None:  # e.g. action heads beside a LoRA
+        for name, parameter in transformer.named_parameters():
+            if re.search(pattern, name):
+                parameter.requires_grad_(True)
     mixed = mixed_precision(job)
     parts, trained, frozen = state_bytes(transformer, backend, processes, mixed)
     # The copies hold the trained parameters in float32: whole on every process, or ZeRO-3's partitions.

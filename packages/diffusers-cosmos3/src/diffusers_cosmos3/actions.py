@@ -477,7 +477,9 @@ def load_action_lora(pipe, folder) -> None:
     from safetensors.torch import load_file
 
     if importlib.util.find_spec("peft") is None:
-        raise ImportError(f"{folder} is a LoRA: loading it needs PEFT (pip install 'diffusers-cosmos3[lora]')")
+        raise ImportError(
+            f"{folder} is a LoRA: loading it needs PEFT (pip install 'diffusers-cosmos3[lora]')"
+        )
     folder = Path(folder)
     heads = load_file(str(folder / ACTION_HEADS_FILE))
     own = pipe.transformer.state_dict()

@@ -20,7 +20,6 @@ import torch
 
 from transformers_cosmos3.layouts import EDGE_VISION_ROOTS, Reasoner
 from transformers_cosmos3.testing import (
-    ROPE_THETA,
     TINY,
     Sizes,
     build_processor,
@@ -66,7 +65,7 @@ def build_transformer(
         latent_channel=LATENT_CHANNELS,
         latent_patch_size=LATENT_PATCH,
         patch_latent_dim=LATENT_CHANNELS * LATENT_PATCH**2,
-        rope_theta=ROPE_THETA,
+        rope_theta=sizes.rope_theta,
         rope_scaling={
             "mrope_section": list(sizes.mrope_section),
             "mrope_interleaved": True,

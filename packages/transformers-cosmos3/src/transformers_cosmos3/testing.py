@@ -24,7 +24,9 @@ from .layouts import Reasoner
 
 @dataclass(frozen=True)
 class Sizes:
-    """Text tower sizes; `mrope_section` splits head_dim/2 rotary pairs over t/h/w."""
+    """Text tower sizes; `mrope_section` splits head_dim/2 rotary pairs over t/h/w. At TINY's head_dim the
+    width axis gets only slow rotary frequencies (0.02 rad per position at Cosmos3's theta): a model that must tell
+    where things are in a small picture needs a wider head or a smaller `rope_theta`."""
 
     hidden: int = 64
     head_dim: int = 16
@@ -33,6 +35,7 @@ class Sizes:
     layers: int = 2
     intermediate: int = 128
     mrope_section: tuple[int, int, int] = (4, 2, 2)
+    rope_theta: float = 5_000_000.0  # Cosmos3's
 
 
 TINY = Sizes()
@@ -40,7 +43,7 @@ TINY = Sizes()
 SMALL = Sizes(
     hidden=512, head_dim=64, heads=8, kv_heads=4, layers=8, intermediate=1536, mrope_section=(12, 10, 10)
 )
-ROPE_THETA = 5_000_000.0
+ROPE_THETA = TINY.rope_theta
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -133,7 +136,7 @@ def text_config(tokenizer, sizes: Sizes = TINY, mrope: bool = False) -> dict:
     if mrope:
         config["rope_parameters"] = {
             "rope_type": "default",
-            "rope_theta": ROPE_THETA,
+            "rope_theta": sizes.rope_theta,
             "mrope_section": list(sizes.mrope_section),
             "mrope_interleaved": True,
         }

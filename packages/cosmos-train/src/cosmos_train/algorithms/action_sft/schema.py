@@ -134,6 +134,11 @@ class ActionSFTJob(DiffusionJob):
     ) -> ActivationBatch:
         return ActivationBatch(args.per_device_train_batch_size, size=self.sample_size(family))
 
+    def fully_trained_parameters(self) -> str | None:
+        from diffusers_cosmos3.actions import ACTION_HEAD  # the action heads, as the trainer trains them
+
+        return ACTION_HEAD.pattern
+
     def action_domain(self) -> str | int:
         return self.action.domain
 

@@ -53,6 +53,11 @@ class DiffusionJob(JobSchema):
     def weight_copies(self) -> tuple[str, ...]:
         return ("ema",) if self.ema_decay() else ()
 
+    def fully_trained_parameters(self) -> str | None:
+        """A pattern of the transformer's parameter names that train in full beside the LoRA or the family's
+        choice (None: none), for the memory estimate."""
+        return None
+
     def forced_arguments(self) -> dict[str, Any]:
         """`TrainingArguments` values the job's other sections own (`[train]` may not contradict them)."""
         return {}
