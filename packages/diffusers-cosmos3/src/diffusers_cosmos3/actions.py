@@ -448,7 +448,6 @@ ACTION_LORA_FOLDER = "lora"
 ACTION_HEADS_FILE = "action_heads.safetensors"
 # The action heads (cosmos-framework's action2llm, llm2action, action_modality_embed).
 ACTION_HEAD = re.compile(r"^(action_proj_in|action_proj_out|action_modality_embed)(\.|$)")
-LORA_WEIGHTS = "pytorch_lora_weights.safetensors"
 
 
 def action_head_state(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -474,6 +473,7 @@ def load_action_lora(pipe, folder) -> None:
     import importlib.util
     from pathlib import Path
 
+    from diffusers.loaders.lora_base import LORA_WEIGHT_NAME_SAFE
     from safetensors.torch import load_file
 
     if importlib.util.find_spec("peft") is None:
@@ -489,5 +489,5 @@ def load_action_lora(pipe, folder) -> None:
             f"{folder / ACTION_HEADS_FILE}: its action heads do not fit this transformer "
             f"({wrong[:3] or 'some heads missing'}): was it trained from this base?"
         )
-    pipe.transformer.load_lora_adapter(str(folder), weight_name=LORA_WEIGHTS)
+    pipe.transformer.load_lora_adapter(str(folder), weight_name=LORA_WEIGHT_NAME_SAFE)
     pipe.transformer.load_state_dict(heads, strict=False)
