@@ -202,3 +202,19 @@ def test_uint8_frames_in_any_form_are_the_pil_images(pipe, window):
         generator=torch.Generator().manual_seed(1),
     )  # fmt: skip
     torch.testing.assert_close(chunk, same)
+
+
+def test_a_policy_call_encodes_the_first_frame_alone(pipe, window, monkeypatch):
+    """The causal VAE's first latent frame sees only the first frame, and a policy's sampler keeps only that one
+    clean: it encodes one frame, not `chunk_size + 1` (upstream's equality above pins the chunk it samples)."""
+    frames, _ = window
+    settings = ActionSettings("policy", CHUNK, DOMAIN, RAW_DIM, FPS, resolution_tier=256)
+    full, _ = conditioning_latents(pipe, frames[0], settings)
+    first, _ = conditioning_latents(pipe, frames[0], settings, first_frame_only=True)
+    assert first.shape == full.shape and full.shape[1] > 1 and not first[:, 1:].any()
+    torch.testing.assert_close(first[:, :1], full[:, :1], atol=1e-6, rtol=1e-6)
+    encoded = []
+    encode = pipe.vae.encode
+    monkeypatch.setattr(pipe.vae, "encode", lambda x, *a, **k: encoded.append(x.shape[2]) or encode(x, *a, **k))
+    sample_action_chunk(pipe, settings, frames[0], TASK, num_inference_steps=1)
+    assert encoded == [1]

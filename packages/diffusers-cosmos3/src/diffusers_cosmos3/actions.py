@@ -110,9 +110,14 @@ class ActionSettings:
     def action_start_offset(self) -> int:
         return 0 if self.use_state else 1
 
+    @property
+    def first_frame_only(self) -> bool:
+        """Whether the first frame is the only clean one (policy, forward dynamics); inverse dynamics sees them all."""
+        return self.mode != "inverse_dynamics"
+
     def clean_frames(self, latent_frames: int) -> list[int]:
         """Clean vision latent frames: the first (policy, forward dynamics) or all (inverse dynamics)."""
-        return list(range(latent_frames)) if self.mode == "inverse_dynamics" else [0]
+        return [0] if self.first_frame_only else list(range(latent_frames))
 
     def clean_steps(self) -> list[int]:
         """Clean action rows: all of them for forward dynamics (they are its input), and the state row."""
@@ -121,19 +126,28 @@ class ActionSettings:
         return [0] if self.use_state else []
 
 
-def conditioning_latents(pipe, frames, settings: ActionSettings) -> tuple[torch.Tensor, tuple[int, int]]:
+def conditioning_latents(
+    pipe, frames, settings: ActionSettings, first_frame_only: bool = False
+) -> tuple[torch.Tensor, tuple[int, int]]:
     """The clean vision latents `[C, T, h, w]` of `chunk_size + 1` frames on the tier's canvas, cropped to the
     content as the pipeline crops them, and the canvas `(height, width)` (which the caption states).
 
     `frames`: uint8 pixels (`[T, H, W, 3]`, one `[H, W, 3]` image, or a list of them; numpy or torch), a list of PIL
     images, or anything else the pipeline's `CosmosActionCondition.video` takes; fewer than `chunk_size + 1` frames
-    repeat the last, as upstream does."""
+    repeat the last, as upstream does. `first_frame_only` encodes the first frame alone and leaves the later latent
+    frames zero: the causal VAE's first latent frame sees only the first frame, and a sampler that keeps only it
+    clean (policy, forward dynamics) never reads the rest, so a policy call skips most of its encoding."""
     frames = _unit_pixels(frames)
     device, dtype = pipe._execution_device, pipe.transformer.dtype
     video, image_size, height, width = pipe._prepare_action_video_conditioning(
         frames, settings.resolution_tier, settings.num_frames, device=device, dtype=dtype
     )
-    latents = pipe._encode_video(video).contiguous().float()
+    if first_frame_only:
+        first = pipe._encode_video(video[:, :, :1]).contiguous().float()
+        latent_frames = (settings.num_frames - 1) // pipe.vae_scale_factor_temporal + 1
+        latents = torch.nn.functional.pad(first, (0, 0, 0, 0, 0, latent_frames - 1))  # zero later frames
+    else:
+        latents = pipe._encode_video(video).contiguous().float()
     latents = pipe._remove_action_video_padding_from_latent(latents, image_size)
     return latents[0], (height, width)
 
@@ -260,7 +274,7 @@ def sample_action_chunk(
         frames = [frames]  # one PIL image
     device = pipe._execution_device
     transformer = pipe.transformer
-    x0, canvas = conditioning_latents(pipe, frames, settings)
+    x0, canvas = conditioning_latents(pipe, frames, settings, first_frame_only=settings.first_frame_only)
     cond_ids, uncond_ids = action_prompt_ids(pipe, task, settings, canvas, negative_prompt)
     action_dim, raw = transformer.config.action_dim, settings.raw_action_dim
 
