@@ -8,7 +8,7 @@ Per seed:
 1. Reach2D episodes (seeded: the scripted expert reaching the red target) are written as a LeRobot v3.0 dataset,
    with disjoint held-out episodes.
 2. A small Cosmos3 with action heads is built (seeded; `domain_sizes`); its VAE is first trained as an autoencoder on
-   the domain's frames and its latent statistics measured on them (a random tiny VAE's latents barely move with the
+   the domain's windows and its latent statistics measured on them (a random tiny VAE's latents barely move with the
    scene, and its decoder inverts nothing).
 3. Each mode trains with the real CLI (`cosmos-train action-sft`) from that model; the exports are evaluated:
    - policy: held-out open-loop action error of the chunk it samples, against the untrained model and against
@@ -70,10 +70,11 @@ def untrained_transformer(seed: int):
 
 
 def domain_model(folder: Path, dataset: Path, seed: int, vae_steps: int) -> Path:
-    """The tiny Cosmos3 with action heads, its VAE first trained as an autoencoder on the domain's training frames (a
+    """The tiny Cosmos3 with action heads, its VAE first trained as an autoencoder on the domain's training windows (a
     random tiny VAE barely moves its latents with the scene, and its decoder inverts nothing, so neither frames nor
-    actions could be learned through it), then its latent mean and std measured on the windows, as a real VAE's
-    `latents_mean` / `latents_std` are measured on its data."""
+    actions could be learned through it; one trained on single frames only cannot reconstruct a moving window), then
+    its latent mean and std measured on the windows, as a real VAE's `latents_mean` / `latents_std` are measured on
+    its data."""
     from cosmos_train.data.lerobot import ActionSpec, LeRobotFolder
     from diffusers_cosmos3.actions import ActionSettings, conditioning_latents
     from diffusers_cosmos3.testing import build_pipeline
@@ -85,12 +86,17 @@ def domain_model(folder: Path, dataset: Path, seed: int, vae_steps: int) -> Path
         ActionSpec(cameras=(CAMERA,), action_columns=(ACTION,), chunk_size=CHUNK),
     )
     split = json.loads((dataset / "split.json").read_text())
-    frames = np.concatenate([data.read_window(spec, e, 0).frames for e in split["train"]])
-    pixels = torch.from_numpy(frames).permute(0, 3, 1, 2).float() / 127.5 - 1  # [N, 3, H, W] in [-1, 1]
+    clips = np.stack(
+        [data.read_window(spec, e, s).frames for e, s in data.windows(spec, split["train"], stride=4)]
+    )
+    clips = torch.from_numpy(clips).permute(0, 4, 1, 2, 3).float() / 127.5 - 1  # [N, 3, T, H, W] in [-1, 1]
     vae = pipe.vae.train()
     optimizer = torch.optim.AdamW(vae.parameters(), lr=2e-3)
-    for _ in range(vae_steps):  # 1-frame videos, reconstruction with a light KL
-        batch = pixels[torch.randint(len(pixels), (8,))][:, :, None]
+    # Reconstruction with a light KL, of a true window and of a first frame held still (what a policy's and forward
+    # dynamics' conditioning encodes).
+    for _ in range(vae_steps):
+        batch = clips[torch.randint(len(clips), (2,))]
+        batch[1] = batch[1, :, :1]
         posterior = vae.encode(batch).latent_dist
         loss = ((vae.decode(posterior.sample()).sample - batch) ** 2).mean() + 1e-6 * posterior.kl().mean()
         optimizer.zero_grad()
@@ -180,8 +186,10 @@ def run_seed(seed: int, args) -> dict:
         size=SIZE, colors=COLORS,
     )  # fmt: skip
     split = json.loads((dataset / "split.json").read_text())
+    started = time.perf_counter()
     model = domain_model(work / "model", dataset, seed, args.vae_steps)
     payload: dict = {"seed": seed, "steps": args.steps, "chunk_size": CHUNK, "size": SIZE}
+    payload["train_seconds"] = {"autoencoder": round(time.perf_counter() - started, 1)}
     payload["episodes"] = {
         "train_episodes": args.train_episodes,
         "held_out_episodes": args.held_out_episodes,
@@ -510,7 +518,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     args.seeds = args.seeds or (1 if args.quick else 3)
     args.steps = args.steps or (240 if args.quick else 3000)
     args.dynamics_steps = args.dynamics_steps or (200 if args.quick else 1500)
-    args.vae_steps = 300 if args.quick else 1500
+    args.vae_steps = 300 if args.quick else 1200
     args.train_episodes, args.held_out_episodes = (16, 4) if args.quick else (64, 16)
     args.closed_loop_episodes = 4 if args.quick else 16
     published = bool(args.combine) or (not args.quick and args.seeds >= 3)

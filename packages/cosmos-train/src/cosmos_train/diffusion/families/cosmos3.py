@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 import torch
+from diffusers.loaders.lora_base import LORA_WEIGHT_NAME_SAFE as LORA_WEIGHTS
 
 from ..adapter import DiffusionAdapter, draw_condition_frames
 
@@ -40,7 +41,6 @@ GENERATOR_PARAMETER = re.compile(
     r"|\.mlp_moe_gen\.|_moe_gen\."
 )
 
-LORA_WEIGHTS = "pytorch_lora_weights.safetensors"
 FRAMEWORK_LORA = "framework/lora_framework.safetensors"
 
 
