@@ -14,6 +14,7 @@ from domains.geneval_mini import (
     Vocabulary,
     all_prompts,
     balanced_by_task,
+    bootstrap_error,
     detect,
     evaluate,
     geneval_mini,
@@ -27,6 +28,7 @@ from domains.geneval_mini import (
     write_pairs,
 )
 from domains.geneval_mini.domain import PlacedObject, draw
+from domains.geneval_mini.teacher import FlawedTeacher
 
 from cosmos_train.data import load_prompt_list
 from cosmos_train.rewards import (
@@ -249,6 +251,52 @@ def test_pairs_for_sft_are_pictures_of_their_captions(tmp_path):
         image = np.asarray(Image.open(caption.with_suffix(".png")).convert("RGB"))
         assert image.shape == (48, 48, 3)
         assert evaluate(image, record, UNSEEN.colors, UNSEEN.shapes).correct, record["prompt"]
+
+
+def test_the_flawed_teacher_draws_its_mistakes_at_their_shares_and_nothing_else_wrong(tmp_path):
+    """The teacher's pictures fail the evaluator on their own caption exactly where the teacher erred (and then
+    satisfy the record it says it drew), at the shares asked, in the three tasks named; a teacher who never errs
+    writes the same pairs as none."""
+    from PIL import Image
+
+    train, _ = split_prompts(DEFAULT)
+    records = balanced_by_task(train)
+    teacher = FlawedTeacher(counting=0.5, position=0.25, color_attr=0.75)
+    folder = write_pairs(tmp_path / "taught", records, 600, DEFAULT, seed=3, teacher=teacher)
+    wrong = {task: [] for task in TASKS}
+    for caption in sorted(folder.glob("*.json")):
+        pair = json.loads(caption.read_text())
+        image = np.asarray(Image.open(caption.with_suffix(".png")).convert("RGB"))
+        right = evaluate(image, pair, DEFAULT.colors, DEFAULT.shapes).correct
+        assert right == ("shown" not in pair), pair
+        if "shown" in pair:
+            assert evaluate(image, pair["shown"], DEFAULT.colors, DEFAULT.shapes).correct, pair
+        wrong[pair["tag"]].append(not right)
+    shares = {task: float(np.mean(flags)) for task, flags in wrong.items()}
+    assert shares["single_object"] == shares["two_object"] == shares["colors"] == 0.0
+    for task in ("counting", "position", "color_attr"):
+        assert abs(shares[task] - getattr(teacher, task)) < 0.12, shares  # 100 pairs a task
+    plain = write_pairs(tmp_path / "plain", records, 30, DEFAULT, seed=3)
+    faithful = write_pairs(tmp_path / "faithful", records, 30, DEFAULT, seed=3, teacher=FlawedTeacher())
+    for a, b in zip(sorted(plain.iterdir()), sorted(faithful.iterdir()), strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    with pytest.raises(ValueError, match="teacher share for counting must lie in \\[0, 1\\], got 1.5"):
+        FlawedTeacher(counting=1.5)
+
+
+def test_the_bootstrap_error_of_the_overall_score_is_the_textbook_one():
+    """Redrawing each task's samples gives the binomial standard error of a mean of task means,
+    sqrt(sum p(1 - p) / n) / tasks, here for unequal shares and counts."""
+    rng = np.random.default_rng(0)
+    counts, shares = (40, 80, 120, 60, 100, 50), (0.9, 0.5, 0.3, 0.7, 0.2, 0.5)
+    correct, tags = [], []
+    for task, n, p in zip(TASKS, counts, shares, strict=True):
+        correct += list((rng.random(n) < p).astype(float))
+        tags += [task] * n
+    observed = [np.mean([c for c, t in zip(correct, tags, strict=True) if t == task]) for task in TASKS]
+    textbook = np.sqrt(sum(p * (1 - p) / n for p, n in zip(observed, counts, strict=True))) / len(TASKS)
+    assert bootstrap_error(correct, tags, rounds=4000) == pytest.approx(textbook, rel=0.08)
+    assert bootstrap_error([1.0] * 10, ["colors"] * 10) == 0.0
 
 
 def test_a_vocabulary_with_unknown_names_is_refused_in_one_line():

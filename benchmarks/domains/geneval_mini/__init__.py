@@ -26,6 +26,7 @@ from .domain import (
 from .evaluator import (
     Detection,
     Verdict,
+    bootstrap_error,
     detect,
     evaluate,
     geneval_mini,
@@ -45,6 +46,7 @@ __all__ = [
     "Vocabulary",
     "all_prompts",
     "balanced_by_task",
+    "bootstrap_error",
     "detect",
     "evaluate",
     "geneval_mini",

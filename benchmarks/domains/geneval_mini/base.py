@@ -39,6 +39,7 @@ from .domain import (
     write_metadata,
     write_pairs,
 )
+from .teacher import FlawedTeacher
 
 LATENT_CHANNELS = 16  # as SD3's VAE: 2 x 2 pixels x 3 colours fit in 16 channels without loss
 TEXT_TOKENS = 16  # the longest caption is 11 words; CLIP and T5 both read 16 tokens
@@ -207,10 +208,13 @@ def build_base(
     sft_steps: int = 3000,
     vae_steps: int = 1500,
     work: str | Path | None = None,
+    teacher: FlawedTeacher | None = None,
     log=print,
 ) -> Path:
     """Build the base pipeline into `output` (with `prompts/`, `vocabulary.json`, `build.json` and `SHA256SUMS`).
-    `work` keeps the pairs, the untrained pipeline and the SFT run (default: `output` + `.work`)."""
+    `work` keeps the pairs, the untrained pipeline and the SFT run (default: `output` + `.work`). With a
+    `teacher`, the SFT pairs are its pictures (`teacher.FlawedTeacher`: right but for a share of some tasks'),
+    and `build.json` records its shares."""
     vocabulary = vocabulary or Vocabulary()
     output = Path(output)
     work = Path(work) if work else output.with_name(output.name + ".work")
@@ -220,7 +224,7 @@ def build_base(
     write_metadata(work / "prompts" / "train_metadata.jsonl", train)
     write_metadata(work / "prompts" / "test_metadata.jsonl", test)
     log(f"pairs: {pairs} pictures of {len(train)} train prompts ({len(test)} held out), tasks balanced")
-    write_pairs(work / "pairs", balanced_by_task(train), pairs, vocabulary, seed=seed)
+    write_pairs(work / "pairs", balanced_by_task(train), pairs, vocabulary, seed=seed, teacher=teacher)
     vae = train_vae(vocabulary, train, seed=seed, steps=vae_steps, log=log)
     untrained_pipeline(vocabulary, vae, seed).save_pretrained(work / "untrained")
     (work / "sft.toml").write_text(sft_job(vocabulary, seed, sft_steps))
@@ -235,6 +239,8 @@ def build_base(
     shutil.copytree(work / "prompts", output / "prompts")
     (output / "vocabulary.json").write_text(json.dumps(vocabulary.as_dict(), indent=1) + "\n")
     build = {"seed": seed, "pairs": pairs, "sft_steps": sft_steps, "vae_steps": vae_steps}
+    if teacher is not None:
+        build["teacher"] = teacher.as_dict()
     build["seconds"] = round(time.perf_counter() - started, 1)
     (output / "build.json").write_text(json.dumps(build, indent=1) + "\n")
     write_sums(output)

@@ -317,17 +317,25 @@ def write_pairs(
     count: int,
     vocabulary: Vocabulary,
     seed: int = 0,
+    teacher=None,
 ) -> Path:
     """`count` image-caption pairs for `cosmos-train diffusion-sft` (`[data]` format `folder`): `000001.png`
     with `000001.json` `{"prompt", "tag", "include", ...}`, the records cycled in a seeded order, each picture
-    a fresh layout."""
+    a fresh layout. With a `teacher` (`teacher.FlawedTeacher`), each picture shows what the teacher draws for
+    the caption; a pair it drew wrong says so in its JSON (`"shown"`: the record the picture satisfies)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
+    mistakes = np.random.default_rng(
+        [seed, 1]
+    )  # its own stream: a teacher who never errs writes the same pairs
     order = np.concatenate([rng.permutation(len(records)) for _ in range(-(-count // len(records)))])
     for index in range(count):
         record = records[order[index]]
+        shown = teacher.drawn(record, vocabulary, mistakes) if teacher else record
         name = f"{index + 1:06d}"
-        Image.fromarray(render(record, vocabulary, rng)).save(folder / f"{name}.png")
-        (folder / f"{name}.json").write_text(json.dumps(record))
+        Image.fromarray(render(shown, vocabulary, rng)).save(folder / f"{name}.png")
+        (folder / f"{name}.json").write_text(
+            json.dumps(record | ({"shown": shown} if shown is not record else {}))
+        )
     return folder

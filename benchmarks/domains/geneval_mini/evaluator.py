@@ -140,6 +140,19 @@ def task_scores(correct: Sequence[float], tags: Sequence[str]) -> dict[str, floa
     return {"overall": float(np.mean(list(per_task.values()))) if per_task else 0.0, **per_task}
 
 
+def bootstrap_error(
+    correct: Sequence[float], tags: Sequence[str], rounds: int = 2000, seed: int = 0
+) -> float:
+    """The standard error of the overall score (`task_scores`), bootstrapped: every task's samples redrawn with
+    replacement (each task keeps its number of samples, as a balanced evaluation fixes it), the spread of the
+    overall scores so drawn."""
+    rng = np.random.default_rng(seed)
+    scores = np.asarray(correct, dtype=np.float64)
+    groups = [scores[[t == task for t in tags]] for task in TASKS if task in tags]
+    draws = np.mean([g[rng.integers(len(g), size=(rounds, len(g)))].mean(1) for g in groups], axis=0)
+    return float(draws.std(ddof=1))
+
+
 @per_clip
 def geneval_mini(
     media: np.ndarray,
