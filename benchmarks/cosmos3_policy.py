@@ -522,7 +522,8 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     args.train_episodes, args.held_out_episodes = (16, 4) if args.quick else (64, 16)
     args.closed_loop_episodes = 4 if args.quick else 16
     published = bool(args.combine) or (not args.quick and args.seeds >= 3)
-    args.out = args.out or default_out("cosmos3_policy", published=published)
+    # The jobs name paths under it, which a relative --out would make relative to each job's own file.
+    args.out = (args.out or default_out("cosmos3_policy", published=published)).resolve()
     return args
 
 

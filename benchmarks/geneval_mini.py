@@ -318,9 +318,10 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     seeds = args.seeds or (1 if args.quick else 3)
-    args.out = args.out or default_out(
-        "geneval_mini", published=bool(args.combine) or (not args.quick and seeds >= 3)
-    )
+    args.out = (
+        args.out
+        or default_out("geneval_mini", published=bool(args.combine) or (not args.quick and seeds >= 3))
+    ).resolve()  # the jobs name paths under it
     return args
 
 

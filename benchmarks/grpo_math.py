@@ -190,7 +190,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     args.seeds = args.seeds or (1 if args.quick else 3)
     args.steps = args.steps or (20 if args.quick else 40)
     args.every = args.every or (4 if args.quick else 2)
-    args.out = args.out or default_out("grpo_math", published=not args.quick and args.seeds >= 3)
+    args.out = (args.out or default_out("grpo_math", published=not args.quick and args.seeds >= 3)).resolve()
     return args
 
 
