@@ -280,7 +280,7 @@ def test_the_flawed_teacher_draws_its_mistakes_at_their_shares_and_nothing_else_
     faithful = write_pairs(tmp_path / "faithful", records, 30, DEFAULT, seed=3, teacher=FlawedTeacher())
     for a, b in zip(sorted(plain.iterdir()), sorted(faithful.iterdir()), strict=True):
         assert a.read_bytes() == b.read_bytes(), a.name
-    with pytest.raises(ValueError, match="teacher share for counting must lie in \\[0, 1\\], got 1.5"):
+    with pytest.raises(ValueError, match=r"teacher share for counting must lie in \[0, 1\], got 1\.5"):
         FlawedTeacher(counting=1.5)
 
 

@@ -215,6 +215,8 @@ def test_a_policy_call_encodes_the_first_frame_alone(pipe, window, monkeypatch):
     torch.testing.assert_close(first[:, :1], full[:, :1], atol=1e-6, rtol=1e-6)
     encoded = []
     encode = pipe.vae.encode
-    monkeypatch.setattr(pipe.vae, "encode", lambda x, *a, **k: encoded.append(x.shape[2]) or encode(x, *a, **k))
+    monkeypatch.setattr(
+        pipe.vae, "encode", lambda x, *a, **k: encoded.append(x.shape[2]) or encode(x, *a, **k)
+    )
     sample_action_chunk(pipe, settings, frames[0], TASK, num_inference_steps=1)
     assert encoded == [1]
