@@ -4,7 +4,7 @@ the held-out episodes' starts, far more often than the untrained model it was tr
 the spread of that gain over the benchmark's three seeds (`results/cosmos3_policy.json`).
 
 The untrained model's success is the benchmark's measurement on the same starts (its model is rebuilt from the seed
-alone; every one of its episodes runs to the time limit, so replaying it would double the test's minute and a half):
+alone; every one of its episodes runs to the time limit, so replaying it would double the test):
 `test_the_untrained_model_is_rebuilt_from_the_seed` checks on two starts that the rebuilt model is the one measured."""
 
 from __future__ import annotations
