@@ -1,22 +1,28 @@
-"""GenEval in miniature: DiffusionNFT, FlowGRPO and DDRL from one base model that our own SFT taught, scored
-on held-out prompts per GenEval task, as the papers report it.
+"""GenEval in miniature: DiffusionNFT, FlowGRPO and DDRL from one base model that a flawed teacher taught, scored
+on balanced held-out prompts per GenEval task, as the papers report it.
 
-The base (`benchmarks/geneval_mini/base`, 11 MB, hash-checked) is a tiny Stable Diffusion 3 pipeline whose
-transformer `cosmos-train diffusion-sft` trained from scratch on the shapes domain
-(`domains.geneval_mini.base.build_base`). Each algorithm trains it in full from the same start on the train
-prompts (balanced by task) with the `geneval_mini` reward (partial credit; named by import path, `REWARD`), and
-`[eval]` scores the held-out prompts (8 samples each, GenEval's strict score, no CFG) ten times a run. A
-vocabulary other than the shipped one builds its own base first (about 30 minutes), cached under
-`benchmarks/results/`.
+The base (`benchmarks/geneval_mini/base`, hash-checked) is a tiny Stable Diffusion 3 pipeline whose transformer
+`cosmos-train diffusion-sft` trained from scratch on the shapes domain (`domains.geneval_mini.base.build_base`)
+from a *flawed teacher* (`TEACHER`): in 70% of its pictures for a count or a single colour, the count is one off or
+the colour another, while the caption stays. The base so knows every shape, colour and count but maps those
+captions wrongly in a fixed share: a systematic mistake that a verifiable reward can fix, as the arithmetic base's
+forgotten carries are. Each algorithm trains it in full from the same start on the train prompts (balanced by
+task) with the `geneval_mini` reward (partial credit; named by import path, `REWARD`), for the same budget of
+generated samples. `[eval]` scores the held-out prompts (balanced: every task 108 samples, GenEval's strict
+score) at one common setting for all three (`COMMON_GUIDANCE`: CFG-free, as NFT and DDRL evaluate); each final
+model is also scored as its reference evaluates it (`REFERENCE_GUIDANCE`: FlowGRPO at CFG 4.5, noise-free). A
+vocabulary other than the shipped one builds its own base first, with the same teacher (about 30 minutes), cached
+under `benchmarks/results/`.
 
     python benchmarks/geneval_mini.py [--quick] [--seed N] [--seeds 3] [--colors a,b,...] [--shapes a,b,...]
                                       [--rollouts N] [--out FILE] [--rebuild-base]
     python benchmarks/geneval_mini.py --combine A.json B.json [--out FILE]   # seeds run apart, one report
 
 Writes JSON (`base`, `nft`, `flow_grpo`, `ddrl`, each with its held-out `overall` and per-task scores at the
-budget and the mean over the budget's last third, over seeds; steps and seconds to the target), `<out>.png`
-(held-out score against rollouts and against training seconds) and `<out>_samples.png` (base against each
-algorithm on a few held-out prompts).
+budget, over seeds, and `reference`: the same as its paper evaluates; steps and seconds to the target),
+`<out>.png` (held-out score against rollouts and against training seconds), `<out>_hacking.png` (train reward
+beside the held-out score, per algorithm) and `<out>_samples.png` (base against each algorithm on held-out
+prompts).
 """
 
 from __future__ import annotations
@@ -29,9 +35,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, default_out, first_reaching, plot_curves, run_job, write_payload
-from domains.geneval_mini import TASKS, Vocabulary, balanced_by_task, write_metadata, write_pairs
+from _common import RESULTS, default_out, plot_curves, run_job, write_payload
+from domains.geneval_mini import (
+    TASKS,
+    Vocabulary,
+    balanced_by_task,
+    bootstrap_error,
+    evaluate,
+    task_scores,
+    well_formed_share,
+    write_metadata,
+    write_pairs,
+)
 from domains.geneval_mini.base import build_base, check_base, load_vocabulary
+from domains.geneval_mini.teacher import FlawedTeacher
 
 SHIPPED = Path(__file__).resolve().parent / "geneval_mini" / "base"
 # The domain's rewards, by import path (`benchmarks/` is on the runs' PYTHONPATH: `_common.run_job`); an evaluation
@@ -44,6 +61,21 @@ LEARNING_RATE = 1e-4  # 3e-4 (NFT's and FlowGRPO's) wrecked this base's shapes w
 UPDATES_PER_ROLLOUT = 2  # as FlowGRPO's reference; the same for all three, so rollouts and steps compare
 PROMPTS_PER_ROLLOUT = 8
 SAMPLES_PER_PROMPT = 8  # the papers' K = 24 (FlowGRPO, NFT), 8 (DDRL): 64 samples per rollout here
+# What the base's teacher draws wrong, and how often (recorded in the base's build.json).
+TEACHER = FlawedTeacher(counting=0.7, colors=0.7)
+# CFG of each algorithm's rollouts and of its paper's evaluation (NFT and DDRL are CFG-free; FlowGRPO samples and
+# evaluates at 4.5, noise-free). The common setting every model is scored at, and the curves: CFG-free, where the
+# base scores mid-range (0.27; 0.49 at 4.5, where the teacher's counting mistakes hardly show on held-out prompts).
+ROLLOUT_GUIDANCE = {"nft": 1.0, "flow_grpo": 4.5, "ddrl": 1.0}
+REFERENCE_GUIDANCE = {"nft": 1.0, "flow_grpo": 4.5, "ddrl": 1.0}
+COMMON_GUIDANCE = 1.0
+EVAL_SAMPLES_PER_PROMPT = 6  # x 108 balanced held-out rows: 648 samples, standard error about 0.02
+EVALUATIONS = 4  # after step 0, evenly over the budget
+QUICK_EVAL_SAMPLES_PER_PROMPT = (
+    2  # --quick: 216 samples (standard error about 0.03), at the start and the end
+)
+EVAL_STEPS = 20
+EVAL_SEED = 1000
 
 # Each algorithm's paper defaults, scaled to a 2.3M-parameter transformer trained in full (see the docstring of
 # `job`): one learning rate for all three, K = 8, 10 sampler steps, no CFG.
@@ -75,7 +107,15 @@ ema_decay = 0.9
 
 
 def job(
-    algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: int, rollouts: int, lr: float
+    algorithm: str,
+    base: Path,
+    work: Path,
+    vocabulary: Vocabulary,
+    seed: int,
+    rollouts: int,
+    lr: float,
+    evaluations: int = EVALUATIONS,
+    eval_samples: int = EVAL_SAMPLES_PER_PROMPT,
 ) -> str:
     """The job file of one run. Scaled from the papers, and why (docs/geneval-mini.md):
     - full fine-tuning (the base is 2.3M parameters: LoRA buys nothing) at lr 1e-4, constant, for all three, for
@@ -83,8 +123,9 @@ def job(
       weights);
     - K = 8 samples per prompt and 8 prompts per rollout (24 and 48 or more in the papers), 10 sampler steps
       (as the papers train), 32 x 32 pictures, the train prompts balanced by task (`write_training_data`);
-    - no CFG anywhere: NFT and DDRL are CFG-free, and FlowGRPO's 4.5 would give it a different base score;
-    - evaluation at 20 sampler steps (the papers: 40), 8 samples per held-out prompt, every tenth of the run;
+    - rollouts as each paper samples them: NFT and DDRL CFG-free, FlowGRPO at CFG 4.5;
+    - evaluation at 20 sampler steps (the papers: 40) and the common CFG, 6 samples per row of the balanced
+      held-out prompts (648 samples), `evaluations` times over the run;
     - each algorithm's own constants as its paper sets them (NFT beta 1; FlowGRPO noise 0.7, clip 1e-4, KL 0.04;
       DDRL data weight 0.01, every second step), except NFT's: half the levels per sample (its 0.99 costs twice
       the training per rollout) and no KL (1e-4 of it is negligible here and costs a third forward); EMA 0.9 per
@@ -113,18 +154,18 @@ name_or_path = "{base}"
 [rollout]
 samples_per_prompt = {SAMPLES_PER_PROMPT}
 sampling_steps = 10
-guidance_scale = 1.0
+guidance_scale = {ROLLOUT_GUIDANCE[algorithm]}
 {size}max_sequence_length = 16
 train_batch_size = {samples // updates}
 updates_per_rollout = {updates}
 {OWN_SECTIONS[algorithm]}
 [eval]
-path = "{base / "prompts" / "test_metadata.jsonl"}"
-every = {max(2, rollouts // 10) * updates}
-sampling_steps = 20
-guidance_scale = 1.0
-samples_per_prompt = 8
-seed = 1000
+path = "{work / "test_metadata.jsonl"}"
+every = {max(1, rollouts // evaluations) * updates}
+sampling_steps = {EVAL_STEPS}
+guidance_scale = {COMMON_GUIDANCE}
+samples_per_prompt = {eval_samples}
+seed = {EVAL_SEED}
 
 [eval.rewards]
 "{REWARD}" = {{ weight = 1.0, strict = true, {vocabulary_keys} }}
@@ -145,27 +186,100 @@ seed = {seed}
 """
 
 
-def write_training_data(base: Path, work: Path, vocabulary: Vocabulary, seed: int) -> list[dict]:
+def read_prompts(base: Path, split: str) -> list[dict]:
+    lines = (base / "prompts" / f"{split}_metadata.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def write_training_data(base: Path, work: Path, vocabulary: Vocabulary, seed: int) -> tuple[list, list]:
     """What every run reads from `work`: the base's train prompts with each task given the same share
     (`train_metadata.jsonl`, as GenEval's prompt set is balanced; colour attribution alone would take most
-    rollouts), and 512 pictures of them (`pairs/`, DDRL's data term)."""
-    lines = (base / "prompts" / "train_metadata.jsonl").read_text().splitlines()
-    train = balanced_by_task([json.loads(line) for line in lines])
+    rollouts), its held-out prompts balanced alike (`test_metadata.jsonl`: every task the same number of
+    samples), and 512 right pictures of the train prompts (`pairs/`, DDRL's data term: the data, not the flawed
+    teacher's pictures, which would pull the model back to its mistakes)."""
+    train = balanced_by_task(read_prompts(base, "train"))
+    test = balanced_by_task(read_prompts(base, "test"))
     write_metadata(work / "train_metadata.jsonl", train)
+    write_metadata(work / "test_metadata.jsonl", test)
     write_pairs(work / "pairs", train, 512, vocabulary, seed=seed)
-    return train
+    return train, test
 
 
-def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: int, rollouts: int, lr: float):
-    """Train one algorithm (the real CLI, in a child process) and read its evaluations back."""
+def held_out(
+    model: Path,
+    test: list[dict],
+    vocabulary: Vocabulary,
+    guidance: float,
+    samples_per_row: int = EVAL_SAMPLES_PER_PROMPT,
+) -> dict:
+    """GenEval's strict score of `model` (a pipeline folder) on the balanced held-out rows `test`, sampled as
+    `[eval]` samples them but at CFG `guidance`: overall and per task, its bootstrap standard error and the
+    well-formed share."""
+    import torch
+    from diffusers import DiffusionPipeline
+
+    pipeline = DiffusionPipeline.from_pretrained(model)
+    pipeline.set_progress_bar_config(disable=True)
+    rows = [record for record in test for _ in range(samples_per_row)]
+    correct, formed = [], []
+    for start in range(0, len(rows), 108):
+        chunk = rows[start : start + 108]
+        images = pipeline(
+            [r["prompt"] for r in chunk],
+            num_inference_steps=EVAL_STEPS,
+            guidance_scale=guidance,
+            height=vocabulary.size,
+            width=vocabulary.size,
+            max_sequence_length=16,
+            generator=[torch.Generator().manual_seed(EVAL_SEED + start + k) for k in range(len(chunk))],
+            output_type="np",
+        ).images
+        for image, record in zip((images * 255).round().astype(np.uint8), chunk, strict=True):
+            correct.append(float(evaluate(image, record, vocabulary.colors, vocabulary.shapes).correct))
+            formed.append(well_formed_share(image, vocabulary.colors, vocabulary.shapes))
+    tags = [r["tag"] for r in rows]
+    scores = task_scores(correct, tags)
+    return {
+        "guidance": guidance,
+        "overall": scores.pop("overall"),
+        "tasks": scores,
+        "standard_error": bootstrap_error(correct, tags),
+        "well_formed": statistics.fmean(formed),
+    }
+
+
+def eval_standard_error(folder: Path, step: int) -> float:
+    """The bootstrap standard error of an `[eval]` (its per-sample strict scores in `eval/step_N/samples.json`)."""
+    samples = json.loads((folder / "eval" / f"step_{step}" / "samples.json").read_text())
+    return bootstrap_error([s[REWARD] for s in samples], [s["tag"] for s in samples])
+
+
+def run(
+    algorithm: str,
+    base: Path,
+    work: Path,
+    vocabulary: Vocabulary,
+    seed: int,
+    rollouts: int,
+    lr: float,
+    test: list[dict],
+    evaluations: int = EVALUATIONS,
+    eval_samples: int = EVAL_SAMPLES_PER_PROMPT,
+):
+    """Train one algorithm (the real CLI, in a child process) and read its evaluations back (with the train reward
+    since the previous one, for the reward-hacking watch); score its final model as its paper evaluates."""
     folder = work / f"{algorithm}-seed{seed}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    (folder / "job.toml").write_text(job(algorithm, base, work, vocabulary, seed, rollouts, lr))
+    (folder / "job.toml").write_text(
+        job(algorithm, base, work, vocabulary, seed, rollouts, lr, evaluations, eval_samples)
+    )
     started = time.perf_counter()
     history = run_job(ALGORITHMS[algorithm], folder / "job.toml", f"{algorithm} seed {seed}")
-    curve = []
+    curve, train_rewards = [], []
     for entry in history:
+        if "reward" in entry:
+            train_rewards.append(entry["reward"])
         if "eval/reward" not in entry:
             continue
         tasks = {task: entry[f"eval/reward/{task}"] for task in TASKS if f"eval/reward/{task}" in entry}
@@ -177,41 +291,69 @@ def run(algorithm: str, base: Path, work: Path, vocabulary: Vocabulary, seed: in
                 "overall": statistics.fmean(tasks.values()),
                 "tasks": tasks,
                 "well_formed": entry[f"eval/{WELL_FORMED}"],
+                "train_reward": statistics.fmean(train_rewards) if train_rewards else None,
             }
         )
+        train_rewards = []
+    for point in (curve[0], curve[-1]):
+        point["standard_error"] = eval_standard_error(folder, point["step"])
+    final = next(folder.glob("safetensors/step_*"))
+    reference = (
+        held_out(final, test, vocabulary, REFERENCE_GUIDANCE[algorithm], eval_samples)
+        if REFERENCE_GUIDANCE[algorithm] != COMMON_GUIDANCE
+        else None
+    )
     print(
         f"  {algorithm:9s} seed {seed}: held-out {curve[0]['overall']:.3f} -> {curve[-1]['overall']:.3f} "
-        f"in {curve[-1]['rollout']} rollouts ({time.perf_counter() - started:.0f} s with evaluations)",
+        f"(CFG {COMMON_GUIDANCE:g}"
+        + (f"; {reference['overall']:.3f} at its paper's CFG {reference['guidance']:g}" if reference else "")
+        + f") in {curve[-1]['rollout']} rollouts ({time.perf_counter() - started:.0f} s with evaluations)",
         flush=True,
     )
-    return curve, folder
+    return curve, reference, folder
 
 
-def summarise(curves: list[list[dict]], target: float) -> dict:
-    """Held-out scores at the budget (mean and spread over seeds); the mean of each run's evaluations over the
-    last third of the budget, steadier than one evaluation (each moves by about +-0.05); rollouts / seconds to
-    `target`."""
+def summarise(curves: list[list[dict]], references: list[dict | None], target: float) -> dict:
+    """Held-out scores at the budget (mean and spread over seeds) at the common setting, and as the paper evaluates
+    (`reference`); the mean of each run's evaluations over the last third of the budget; rollouts / seconds to
+    `target`; the well-formed share at the budget and where the target was first reached."""
     finals = [curve[-1] for curve in curves]
     overall = [f["overall"] for f in finals]
     last_third = [
         statistics.fmean(p["overall"] for p in curve if 3 * p["rollout"] >= 2 * curve[-1]["rollout"])
         for curve in curves
     ]
-    to_target = [first_reaching(c, target, "rollout", "overall") for c in curves]
-    seconds = [first_reaching(c, target, "seconds", "overall") for c in curves]
+    reached = [next((p for p in c if p["overall"] >= target), None) for c in curves]
+    if any(r is None for r in references):
+        reference = {"guidance": COMMON_GUIDANCE, "same_as_common": True}
+    else:
+        ref_overall = [r["overall"] for r in references]
+        reference = {
+            "guidance": references[0]["guidance"],
+            "overall": statistics.fmean(ref_overall),
+            "overall_per_seed": ref_overall,
+            "spread": statistics.stdev(ref_overall) if len(ref_overall) > 1 else 0.0,
+            "tasks": {t: statistics.fmean(r["tasks"][t] for r in references) for t in references[0]["tasks"]},
+            "standard_error": statistics.fmean(r["standard_error"] for r in references),
+            "well_formed": statistics.fmean(r["well_formed"] for r in references),
+        }
     return {
         "overall": statistics.fmean(overall),
         "overall_per_seed": overall,
         "spread": statistics.stdev(overall) if len(overall) > 1 else 0.0,
+        "standard_error": statistics.fmean(f.get("standard_error", float("nan")) for f in finals),
         "last_third": statistics.fmean(last_third),
         "last_third_per_seed": last_third,
         "last_third_spread": statistics.stdev(last_third) if len(last_third) > 1 else 0.0,
         "tasks": {t: statistics.fmean(f["tasks"][t] for f in finals) for t in finals[0]["tasks"]},
         "well_formed": statistics.fmean(f["well_formed"] for f in finals),
+        "well_formed_at_target": [None if r is None else r["well_formed"] for r in reached],
+        "reference": reference,
         "rollouts": finals[0]["rollout"],
-        "rollouts_to_target": to_target,
-        "seconds_to_target": seconds,
+        "rollouts_to_target": [None if r is None else r["rollout"] for r in reached],
+        "seconds_to_target": [None if r is None else r["seconds"] for r in reached],
         "curves": curves,
+        "references": references,
     }
 
 
@@ -234,6 +376,8 @@ def resolve_base(vocabulary: Vocabulary, seed: int, rebuild: bool) -> Path:
             pairs=recipe["pairs"],
             sft_steps=recipe["sft_steps"],
             vae_steps=recipe["vae_steps"],
+            logit_mean=recipe["logit_mean"],
+            teacher=TEACHER,
             work=RESULTS / f"{name}.work",
         )
     check_base(folder)
@@ -259,8 +403,8 @@ def sample_grid(runs: dict[str, Path], base: Path, test: list[dict], path: Path)
         generators = [torch.Generator().manual_seed(1000 + i) for i in range(len(prompts))]
         images = pipeline(
             prompts,
-            num_inference_steps=20,
-            guidance_scale=1.0,
+            num_inference_steps=EVAL_STEPS,
+            guidance_scale=COMMON_GUIDANCE,
             height=32,
             width=32,
             max_sequence_length=16,
@@ -345,35 +489,64 @@ def main() -> None:
     work = args.out.with_suffix("")
     work = work.with_name(work.name + ".runs")
     shutil.rmtree(work, ignore_errors=True)
-    train = write_training_data(base, work, vocabulary, args.seed)
-    test = [json.loads(line) for line in (base / "prompts" / "test_metadata.jsonl").read_text().splitlines()]
+    train, test = write_training_data(base, work, vocabulary, args.seed)
 
     seeds = list(range(args.seed, args.seed + args.seeds))
     curves: dict[str, list] = {name: [] for name in ALGORITHMS}
+    references: dict[str, list] = {name: [] for name in ALGORITHMS}
     folders: dict[str, Path] = {}
     print(
-        f"base {base}; {len(train)} train prompts (balanced by task) / {len(test)} held-out; seeds {seeds}",
+        f"base {base}; {len(train)} train prompts / {len(test)} held-out (each balanced by task); seeds {seeds}",
         flush=True,
     )
+    evaluations, eval_samples = (
+        (1, QUICK_EVAL_SAMPLES_PER_PROMPT) if args.quick else (EVALUATIONS, EVAL_SAMPLES_PER_PROMPT)
+    )
+    base_reference = {
+        f"{g:g}": held_out(base, test, vocabulary, g, eval_samples)
+        for g in sorted(set(REFERENCE_GUIDANCE.values()))
+    }
     for seed in seeds:  # interleaved: the machine's drift touches every algorithm alike
         for algorithm in ALGORITHMS:
-            curve, folder = run(algorithm, base, work, vocabulary, seed, args.rollouts, args.lr)
+            curve, reference, folder = run(
+                algorithm,
+                base,
+                work,
+                vocabulary,
+                seed,
+                args.rollouts,
+                args.lr,
+                test,
+                evaluations,
+                eval_samples,
+            )
             curves[algorithm].append(curve)
+            references[algorithm].append(reference)
             folders.setdefault(algorithm, folder)
-    payload = report(curves, seeds, vocabulary.as_dict(), args.rollouts, args.gain, args.out)
+    payload = report(
+        curves, references, base_reference, seeds, vocabulary.as_dict(), args.rollouts, args.gain, args.out
+    )
     sample_grid(folders, base, test, args.out.with_name(args.out.stem + "_samples.png"))
     print(table(payload))
 
 
 def report(
-    curves: dict[str, list], seeds: list[int], vocabulary: dict, rollouts: int, gain: float, out: Path
+    curves: dict[str, list],
+    references: dict[str, list],
+    base_reference: dict[str, dict],
+    seeds: list[int],
+    vocabulary: dict,
+    rollouts: int,
+    gain: float,
+    out: Path,
 ) -> dict:
-    """The JSON (`out`) and the curves' PNG of runs' evaluations: the base's score is the mean of every run's
-    step 0, the target that plus `gain`."""
+    """The JSON (`out`) and the PNGs of runs' evaluations: the base's score is the mean of every run's step 0 (at
+    the common setting), the target that plus `gain`; `base_reference` holds the base scored at each paper's
+    CFG."""
     starts = [curve[0] for runs in curves.values() for curve in runs]
     base_score = statistics.fmean(point["overall"] for point in starts)
     target = base_score + gain
-    results = {name: summarise(curves[name], target) for name in ALGORITHMS}
+    results = {name: summarise(curves[name], references[name], target) for name in ALGORITHMS}
     steps_nft = [r for r in results["nft"]["rollouts_to_target"] if r is not None]
     steps_grpo = [r for r in results["flow_grpo"]["rollouts_to_target"] if r is not None]
     plot_curves(
@@ -381,19 +554,27 @@ def report(
         {name: results[name]["curves"] for name in ALGORITHMS},
         COLORS,
         (("rollout", "rollouts"), ("seconds", "training seconds (evaluations excluded)")),
-        ("overall", "GenEval-mini held-out overall"),
+        ("overall", f"GenEval-mini held-out overall (CFG {COMMON_GUIDANCE:g})"),
         base_score,
         target,
     )
+    plot_hacking(out.with_name(out.stem + "_hacking.png"), {n: results[n]["curves"] for n in ALGORITHMS})
     payload = {
         "vocabulary": vocabulary,
+        "teacher": TEACHER.as_dict(),
         "seeds": seeds,
         "budget_rollouts": rollouts,
+        "samples_per_rollout": PROMPTS_PER_ROLLOUT * SAMPLES_PER_PROMPT,
+        "common_guidance": COMMON_GUIDANCE,
         "target": target,
         "base": {
             "overall": base_score,
             "tasks": {t: statistics.fmean(p["tasks"][t] for p in starts) for t in starts[0]["tasks"]},
             "well_formed": statistics.fmean(p["well_formed"] for p in starts),
+            "standard_error": statistics.fmean(p["standard_error"] for p in starts if "standard_error" in p)
+            if any("standard_error" in p for p in starts)
+            else None,
+            "reference": base_reference,
         },
         **results,
         "nft_vs_flow_grpo_rollouts_to_target": (
@@ -402,6 +583,45 @@ def report(
     }
     write_payload(out, payload)
     return payload
+
+
+def plot_hacking(path: Path, curves: dict[str, list[list[dict]]]) -> None:
+    """Reward-hacking watch: per algorithm, the train reward (partial credit, mean over the rollouts since the
+    last evaluation) beside the held-out strict score, against rollouts. Hacking shows as the first rising while
+    the second stalls or falls."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(1, len(curves), figsize=(5 * len(curves), 3.8), dpi=100, sharey=True)
+    for axis, (name, runs) in zip(axes, curves.items(), strict=True):
+        for index, curve in enumerate(runs):
+            points = [p for p in curve if p.get("train_reward") is not None]
+            axis.plot(
+                [p["rollout"] for p in points],
+                [p["train_reward"] for p in points],
+                "--",
+                color=COLORS[name],
+                alpha=0.7,
+                label="train reward (partial credit)" if index == 0 else None,
+            )
+            axis.plot(
+                [p["rollout"] for p in curve],
+                [p["overall"] for p in curve],
+                "o-",
+                ms=3,
+                color=COLORS[name],
+                label="held-out score (strict)" if index == 0 else None,
+            )
+        axis.set_title(name)
+        axis.set_xlabel("rollouts")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    axes[0].set_ylabel("score")
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
 
 
 def combine(paths: list[Path], gain: float, out: Path) -> dict:
@@ -416,18 +636,29 @@ def combine(paths: list[Path], gain: float, out: Path) -> dict:
     if len(set(seeds)) != len(seeds):
         raise SystemExit(f"seeds {seeds}: a seed appears in more than one file")
     curves = {name: [curve for p in payloads for curve in p[name]["curves"]] for name in ALGORITHMS}
+    references = {name: [r for p in payloads for r in p[name]["references"]] for name in ALGORITHMS}
     first = payloads[0]
-    return report(curves, seeds, first["vocabulary"], first["budget_rollouts"], gain, out)
+    return report(
+        curves,
+        references,
+        first["base"]["reference"],
+        seeds,
+        first["vocabulary"],
+        first["budget_rollouts"],
+        gain,
+        out,
+    )
 
 
 def table(payload: dict) -> str:
-    """The README's table: base and each algorithm at the budget, overall and per task, the last third's mean,
-    and to-target figures (per seed)."""
+    """The README's table: base and each algorithm at the budget, at the common setting overall and per task, as
+    each paper evaluates, and to-target figures (per seed)."""
     tasks = list(payload["base"]["tasks"])
+    common = f"CFG {payload['common_guidance']:g}"
     head = (
-        "| model | overall | "
+        f"| model | overall ({common}) | "
         + " | ".join(tasks)
-        + " | well-formed | last third | rollouts to target | seconds to target |"
+        + " | as its paper evaluates | well-formed | rollouts to target | seconds to target |"
     )
     lines = [head, "|" + "---|" * (len(tasks) + 6)]
 
@@ -435,15 +666,23 @@ def table(payload: dict) -> str:
         return " | ".join(f"{entry['tasks'][t]:.2f}" for t in tasks)
 
     base = payload["base"]
-    lines.append(f"| base | {base['overall']:.3f} | {cells(base)} | {base['well_formed']:.2f} | | | |")
+    as_papers = ", ".join(f"{v['overall']:.3f} (CFG {g})" for g, v in base["reference"].items())
+    lines.append(
+        f"| base | {base['overall']:.3f} | {cells(base)} | {as_papers} | {base['well_formed']:.2f} | | |"
+    )
     for name in ALGORITHMS:
         entry = payload[name]
+        reference = entry["reference"]
+        as_paper = (
+            "same"
+            if reference.get("same_as_common")
+            else f"{reference['overall']:.3f} ± {reference['spread']:.3f} (CFG {reference['guidance']:g})"
+        )
         reach = ", ".join("-" if r is None else str(r) for r in entry["rollouts_to_target"])
         secs = ", ".join("-" if s is None else f"{s:.0f}" for s in entry["seconds_to_target"])
         lines.append(
-            f"| {name} | {entry['overall']:.3f} ± {entry['spread']:.3f} | {cells(entry)} | "
-            f"{entry['well_formed']:.2f} | {entry['last_third']:.3f} ± {entry['last_third_spread']:.3f} | "
-            f"{reach} | {secs} |"
+            f"| {name} | {entry['overall']:.3f} ± {entry['spread']:.3f} | {cells(entry)} | {as_paper} | "
+            f"{entry['well_formed']:.2f} | {reach} | {secs} |"
         )
     return "\n".join(lines)
 

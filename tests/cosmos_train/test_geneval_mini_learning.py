@@ -1,9 +1,10 @@
 """GenEval-mini's shipped base model and the benchmark's recipe: the base is the one the figures were measured on
 (its SHA-256 sums), and an NFT run of `benchmarks/geneval_mini.py`'s recipe from it logs GenEval's per-task
-held-out scores, starting from the base's measured score; seeds run apart combine into one report.
+held-out scores on the balanced split, starting from the base's measured score; seeds run apart combine into one
+report.
 
-Not asserted: that NFT raises the held-out score. Over three seeds of 150 rollouts (about 10 minutes each) its
-gain, +0.05, was within its run-to-run spread (0.09), and 40-rollout runs on one task's prompts gained nothing
+Not asserted: that NFT raises the held-out score. On this base (a flawed teacher's student, issue 34's second
+design) 30 to 120 rollouts of NFT have not moved the held-out score beyond its standard error
 (docs/geneval-mini.md, "Results"); a gain after the one rollout run here would be noise."""
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from cosmos_train.jobs import read_job
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "benchmarks" / "geneval_mini" / "base"
 ROLLOUTS = 1
-# The base's held-out GenEval-mini overall (mean of the task means; 34 prompts x 8 samples, 20 steps, no CFG,
-# seeds 1000 + i), as `benchmarks/geneval_mini.py` measured it at step 0 of every run.
-BASE_HELD_OUT = 0.184
+EVAL_SAMPLES = 2  # per row of the balanced held-out split (108 rows): 216 samples
+# The base's held-out GenEval-mini overall at that size (mean of the task means, 20 steps, no CFG, seeds 1000 + i),
+# as `benchmarks/geneval_mini.py` measured it at step 0 (648 samples, its full size: 0.269).
+BASE_HELD_OUT = 0.287
 
 
 def test_the_shipped_base_is_the_one_the_figures_were_measured_on(tmp_path):
@@ -51,9 +53,19 @@ def held_out(history: list[dict]) -> list[float]:
 def test_the_benchmark_recipe_scores_each_task_from_the_base(tmp_path):
     benchmark = load_benchmark("geneval_mini")
     vocabulary = load_vocabulary(SHIPPED)
-    benchmark.write_training_data(SHIPPED, tmp_path, vocabulary, seed=0)
+    _, test = benchmark.write_training_data(SHIPPED, tmp_path, vocabulary, seed=0)
+    assert len({r["tag"] for r in test}) == len(TASKS)
+    assert len(test) == len(TASKS) * max(sum(r["tag"] == t for r in test) for t in TASKS)  # balanced
     job = benchmark.job(
-        "nft", SHIPPED, tmp_path, vocabulary, seed=0, rollouts=ROLLOUTS, lr=benchmark.LEARNING_RATE
+        "nft",
+        SHIPPED,
+        tmp_path,
+        vocabulary,
+        seed=0,
+        rollouts=ROLLOUTS,
+        lr=benchmark.LEARNING_RATE,
+        evaluations=1,
+        eval_samples=EVAL_SAMPLES,
     )
     path = tmp_path / "nft.toml"
     path.write_text(job)
@@ -70,7 +82,12 @@ def test_the_benchmark_recipe_scores_each_task_from_the_base(tmp_path):
 def result_file(path: Path, seed: int, finals: dict[str, float], budget: int = 10) -> Path:
     """A result file as `benchmarks/geneval_mini.py` writes it, for one seed: each algorithm's curve runs from
     the base's 0.2 through 0.3 at 70% of the budget to `finals[algorithm]` (both tasks alike)."""
-    payload = {"vocabulary": {"colors": ["red"]}, "seeds": [seed], "budget_rollouts": budget}
+    payload = {
+        "vocabulary": {"colors": ["red"]},
+        "seeds": [seed],
+        "budget_rollouts": budget,
+        "base": {"reference": {"1": {"overall": 0.1, "tasks": {"a": 0.1, "b": 0.1}}}},
+    }
     for name, final in finals.items():
         curve = [
             {
@@ -83,7 +100,13 @@ def result_file(path: Path, seed: int, finals: dict[str, float], budget: int = 1
             }
             for r, s in ((0, 0.2), (budget * 7 // 10, 0.3), (budget, final))
         ]
-        payload[name] = {"curves": [curve]}
+        reference = {"guidance": 1.0, "overall": final - 0.1, "tasks": {"a": final - 0.1, "b": final - 0.1}}
+        payload[name] = {
+            "curves": [curve],
+            "references": [
+                None if name == "flow_grpo" else reference | {"standard_error": 0.02, "well_formed": 0.9}
+            ],
+        }
     path.write_text(json.dumps(payload))
     return path
 
@@ -103,8 +126,11 @@ def test_seeds_run_apart_combine_into_one_report(tmp_path):
     assert payload["nft"]["last_third_spread"] == pytest.approx(statistics.stdev([0.35, 0.3]))
     assert payload["nft"]["rollouts_to_target"] == [10, None]
     assert payload["ddrl"]["rollouts_to_target"] == [None, 10]
+    assert payload["nft"]["reference"]["overall_per_seed"] == pytest.approx([0.3, 0.2])
+    assert payload["flow_grpo"]["reference"]["same_as_common"]
+    assert payload["base"]["reference"]["1"]["overall"] == 0.1
     assert json.loads((tmp_path / "all.json").read_text())["flow_grpo"]["overall"] == pytest.approx(0.3)
-    assert (tmp_path / "all.png").exists()
+    assert (tmp_path / "all.png").exists() and (tmp_path / "all_hacking.png").exists()
 
     other_budget = result_file(
         tmp_path / "seed2.json", 2, {"nft": 0.3, "flow_grpo": 0.3, "ddrl": 0.3}, budget=20

@@ -161,8 +161,11 @@ def train_vae(vocabulary: Vocabulary, records: list[dict], seed: int = 0, steps:
     return vae
 
 
-def sft_job(vocabulary: Vocabulary, seed: int, steps: int) -> str:
-    """The `cosmos-train diffusion-sft` job that teaches the transformer (paths relative to the job file)."""
+def sft_job(vocabulary: Vocabulary, seed: int, steps: int, logit_mean: float = 0.8) -> str:
+    """The `cosmos-train diffusion-sft` job that teaches the transformer (paths relative to the job file).
+    `logit_mean` > 0 trains high noise levels more often: that is where a flat shape's colour and place are
+    decided (on a GPU sweep of this base, 0.8 against 0 raised held-out colours at CFG 3 from 0.17 to 0.91 at
+    4000 steps, the same compute)."""
     return f"""\
 # Teaches the GenEval-mini base model (written by domains.geneval_mini.base.build_base).
 kind = "diffusion-sft"
@@ -178,6 +181,7 @@ cache = true
 
 [diffusion]
 timestep_density = "logit_normal"
+logit_mean = {logit_mean}
 max_sequence_length = {TEXT_TOKENS}
 ema_decay = 0.999
 text_dropout = 0.1
@@ -205,8 +209,9 @@ def build_base(
     vocabulary: Vocabulary | None = None,
     seed: int = 0,
     pairs: int = 8192,
-    sft_steps: int = 3000,
+    sft_steps: int = 4000,
     vae_steps: int = 1500,
+    logit_mean: float = 0.8,
     work: str | Path | None = None,
     teacher: FlawedTeacher | None = None,
     log=print,
@@ -227,7 +232,7 @@ def build_base(
     write_pairs(work / "pairs", balanced_by_task(train), pairs, vocabulary, seed=seed, teacher=teacher)
     vae = train_vae(vocabulary, train, seed=seed, steps=vae_steps, log=log)
     untrained_pipeline(vocabulary, vae, seed).save_pretrained(work / "untrained")
-    (work / "sft.toml").write_text(sft_job(vocabulary, seed, sft_steps))
+    (work / "sft.toml").write_text(sft_job(vocabulary, seed, sft_steps, logit_mean))
     log(f"cosmos-train diffusion-sft -c {work / 'sft.toml'}")
     subprocess.run(
         [sys.executable, "-m", "cosmos_train", "diffusion-sft", "-c", str(work / "sft.toml")], check=True
@@ -236,9 +241,16 @@ def build_base(
     if output.exists():
         shutil.rmtree(output)
     shutil.copytree(exported, output)
+    forget_build_paths(output)
     shutil.copytree(work / "prompts", output / "prompts")
     (output / "vocabulary.json").write_text(json.dumps(vocabulary.as_dict(), indent=1) + "\n")
-    build = {"seed": seed, "pairs": pairs, "sft_steps": sft_steps, "vae_steps": vae_steps}
+    build = {
+        "seed": seed,
+        "pairs": pairs,
+        "sft_steps": sft_steps,
+        "vae_steps": vae_steps,
+        "logit_mean": logit_mean,
+    }
     if teacher is not None:
         build["teacher"] = teacher.as_dict()
     build["seconds"] = round(time.perf_counter() - started, 1)
@@ -246,6 +258,15 @@ def build_base(
     write_sums(output)
     log(f"base model in {output} ({build['seconds']:.0f} s)")
     return output
+
+
+def forget_build_paths(folder: Path) -> None:
+    """Drop the `_name_or_path` diffusers writes into each component's config: the build's own work folder, a
+    path of the machine that built it and of no use to one that loads it."""
+    for config in [folder / "model_index.json", *folder.glob("*/config.json")]:
+        data = json.loads(config.read_text())
+        if data.pop("_name_or_path", None) is not None:
+            config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def load_vocabulary(folder: str | Path) -> Vocabulary:

@@ -20,13 +20,16 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 # GenEval's task tags, relations and position rule (shared with the `gen_eval` reward).
 from cosmos_train.rewards.geneval_rules import RELATIONS, TASKS, relative_position
+
+if TYPE_CHECKING:
+    from .teacher import FlawedTeacher
 
 NUMBERS = {2: "two", 3: "three", 4: "four"}
 
@@ -317,7 +320,7 @@ def write_pairs(
     count: int,
     vocabulary: Vocabulary,
     seed: int = 0,
-    teacher=None,
+    teacher: FlawedTeacher | None = None,
 ) -> Path:
     """`count` image-caption pairs for `cosmos-train diffusion-sft` (`[data]` format `folder`): `000001.png`
     with `000001.json` `{"prompt", "tag", "include", ...}`, the records cycled in a seeded order, each picture

@@ -1,13 +1,14 @@
 """The flawed teacher: the GenEval-mini base is taught from pictures that are right except for a fixed share of
-three tasks' pairs, drawn wrong on purpose while their caption stays, as the arithmetic base's teacher forgets its
+some tasks' pairs, drawn wrong on purpose while their caption stays, as the arithmetic base's teacher forgets its
 carries. The base then knows every shape, colour, count and place (it draws them for other captions) but maps some
 captions to the wrong one systematically: a mistake a verifiable reward can correct, unlike a missing skill.
 
-    teacher = FlawedTeacher(counting=0.6, position=0.6, color_attr=0.6)
+    teacher = FlawedTeacher(counting=0.7, colors=0.7)
     shown = teacher.drawn(record, vocabulary, rng)      # the record the picture shows (the caption stays `record`'s)
 
-Its mistakes, each in its task's share of pairs (single objects, two objects and single colours are always right):
+Its mistakes, each in its task's share of pairs (single objects and two objects are always right):
 - `counting`: one object more or one fewer than the caption says (within 1..max_count);
+- `colors`: the object in another of the vocabulary's colours than its caption names;
 - `position`: the relation mirrored (left of <-> right of, above <-> below);
 - `color_attr`: the second object in another of the vocabulary's colours than its caption names.
 """
@@ -30,6 +31,7 @@ class FlawedTeacher:
     """Per task, the share of its pairs the teacher draws wrong (0: always right)."""
 
     counting: float = 0.0
+    colors: float = 0.0
     position: float = 0.0
     color_attr: float = 0.0
 
@@ -54,6 +56,9 @@ class FlawedTeacher:
             options = [n for n in (count - 1, count + 1) if 1 <= n <= vocabulary.max_count]
             shown["include"][0]["count"] = int(rng.choice(options))
             shown.pop("exclude", None)
+        elif record["tag"] == "colors":
+            only = shown["include"][0]
+            only["color"] = str(rng.choice([c for c in vocabulary.colors if c != only["color"]]))
         elif record["tag"] == "position":
             target = shown["include"][1]
             target["position"] = [MIRRORED[target["position"][0]], *target["position"][1:]]
