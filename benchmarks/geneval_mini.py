@@ -213,17 +213,31 @@ def held_out(
     samples_per_row: int = EVAL_SAMPLES_PER_PROMPT,
 ) -> dict:
     """GenEval's strict score of `model` (a pipeline folder) on the balanced held-out rows `test`, sampled as
-    `[eval]` samples them but at CFG `guidance`: overall and per task, its bootstrap standard error and the
-    well-formed share."""
-    import torch
+    `[eval]` samples them but at CFG `guidance` (`score_pipeline`)."""
     from diffusers import DiffusionPipeline
 
     pipeline = DiffusionPipeline.from_pretrained(model)
     pipeline.set_progress_bar_config(disable=True)
-    rows = [record for record in test for _ in range(samples_per_row)]
+    return score_pipeline(pipeline, test, vocabulary, guidance, samples_per_row)
+
+
+def score_pipeline(
+    pipeline,
+    records: list[dict],
+    vocabulary: Vocabulary,
+    guidance: float,
+    samples_per_row: int,
+    batch: int = 108,
+) -> dict:
+    """`records` each sampled `samples_per_row` times (sample i from seed EVAL_SEED + i, EVAL_STEPS steps, CFG
+    `guidance`) and judged: overall and per task, the overall's bootstrap standard error and the well-formed
+    share."""
+    import torch
+
+    rows = [record for record in records for _ in range(samples_per_row)]
     correct, formed = [], []
-    for start in range(0, len(rows), 108):
-        chunk = rows[start : start + 108]
+    for start in range(0, len(rows), batch):
+        chunk = rows[start : start + batch]
         images = pipeline(
             [r["prompt"] for r in chunk],
             num_inference_steps=EVAL_STEPS,

@@ -15,39 +15,18 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-import torch
 from _common import RESULTS, write_payload
 from domains.geneval_mini.base import check_base, load_vocabulary
-from domains.geneval_mini.evaluator import evaluate, task_scores, well_formed_share
+from geneval_mini import EVAL_STEPS, score_pipeline
 
 BASE = Path(__file__).resolve().parent / "geneval_mini" / "base"
-SAMPLES_PER_PROMPT, STEPS, SEED = 8, 20, 1000  # the benchmark's [eval]
+SAMPLES_PER_PROMPT = 8  # per held-out prompt; steps and seeds as the benchmark's [eval]
 
 
-def held_out_score(pipeline, records: list[dict], vocabulary, guidance_scale: float, batch: int = 64) -> dict:
+def held_out_score(pipeline, records: list[dict], vocabulary, guidance_scale: float) -> dict:
     """GenEval's per-task and overall strict scores, and the well-formed share, of `records` sampled at
-    `guidance_scale`."""
-    rows = [record for record in records for _ in range(SAMPLES_PER_PROMPT)]
-    correct, formed = [], []
-    for start in range(0, len(rows), batch):
-        part = rows[start : start + batch]
-        generators = [torch.Generator().manual_seed(SEED + start + i) for i in range(len(part))]
-        images = pipeline(
-            [record["prompt"] for record in part],
-            num_inference_steps=STEPS,
-            guidance_scale=guidance_scale,
-            height=vocabulary.size,
-            width=vocabulary.size,
-            max_sequence_length=16,
-            generator=generators,
-        ).images
-        for image, record in zip(images, part, strict=True):
-            pixels = np.asarray(image)
-            correct.append(float(evaluate(pixels, record, vocabulary.colors, vocabulary.shapes).correct))
-            formed.append(well_formed_share(pixels, vocabulary.colors, vocabulary.shapes))
-    scores = task_scores(correct, [record["tag"] for record in rows])
-    return {"overall": scores.pop("overall"), "tasks": scores, "well_formed": float(np.mean(formed))}
+    `guidance_scale` as the benchmark's evaluation samples them (`geneval_mini.score_pipeline`)."""
+    return score_pipeline(pipeline, records, vocabulary, guidance_scale, SAMPLES_PER_PROMPT)
 
 
 def main() -> None:
@@ -71,7 +50,9 @@ def main() -> None:
         results[str(scale)] = held_out_score(pipeline, records, vocabulary, scale)
         tasks = " ".join(f"{t} {v:.2f}" for t, v in results[str(scale)]["tasks"].items())
         print(f"CFG {scale:>4}: held-out {results[str(scale)]['overall']:.3f} ({tasks})", flush=True)
-    write_payload(args.out, {"samples_per_prompt": SAMPLES_PER_PROMPT, "steps": STEPS, "by_scale": results})
+    write_payload(
+        args.out, {"samples_per_prompt": SAMPLES_PER_PROMPT, "steps": EVAL_STEPS, "by_scale": results}
+    )
 
 
 if __name__ == "__main__":
