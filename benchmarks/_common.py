@@ -106,11 +106,11 @@ def plot_curves(
     pyplot.close(figure)
 
 
-def run_job(kind: str, job: Path, label: str) -> list[dict]:
+def run_job(kind: str, job: Path, label: str, threads: int | None = None) -> list[dict]:
     """Train `job` with the real CLI (`cosmos-train <kind>`) in a child process, its output in `train.log` beside
     the job; the log history of the checkpoint it saves once, at its end. A failure exits naming `label`. The child
     has `benchmarks/` on its PYTHONPATH, so a job names the toy domains' rewards by import path
-    (`"domains.geneval_mini.evaluator:geneval_mini"`)."""
+    (`"domains.geneval_mini.evaluator:geneval_mini"`); with `threads`, that many CPU threads (runs side by side)."""
     import os
     import subprocess
     import sys
@@ -118,6 +118,8 @@ def run_job(kind: str, job: Path, label: str) -> list[dict]:
     log = job.parent / "train.log"
     python_path = os.pathsep.join([str(BENCHMARKS), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": python_path}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     with log.open("w") as sink:
         done = subprocess.run(
             [sys.executable, "-m", "cosmos_train", kind, "-c", str(job)],

@@ -10,12 +10,14 @@ forgotten carries are. Each algorithm trains it in full from the same start on t
 task) with the `geneval_mini` reward (partial credit; named by import path, `REWARD`), for the same budget of
 generated samples. `[eval]` scores the held-out prompts (balanced: every task 108 samples, GenEval's strict
 score) at one common setting for all three (`COMMON_GUIDANCE`: CFG-free, as NFT and DDRL evaluate); each final
-model is also scored as its reference evaluates it (`REFERENCE_GUIDANCE`: FlowGRPO at CFG 4.5, noise-free). A
-vocabulary other than the shipped one builds its own base first, with the same teacher (about 30 minutes), cached
-under `benchmarks/results/`.
+model is also scored as its reference evaluates it (`REFERENCE_GUIDANCE`: FlowGRPO at CFG 4.5, noise-free).
+`--tasks` trains and evaluates on some of GenEval's six tasks only (`--tasks counting`: the teacher's counting
+mistake, as the learning test runs it). A vocabulary other than the shipped one builds its own base first, with the
+same teacher (about 30 minutes), cached under `benchmarks/results/`.
 
     python benchmarks/geneval_mini.py [--quick] [--seed N] [--seeds 3] [--colors a,b,...] [--shapes a,b,...]
-                                      [--rollouts N] [--out FILE] [--rebuild-base]
+                                      [--rollouts N] [--tasks a,b,...] [--parallel N] [--out FILE]
+                                      [--rebuild-base]
     python benchmarks/geneval_mini.py --combine A.json B.json [--out FILE]   # seeds run apart, one report
 
 Writes JSON (`base`, `nft`, `flow_grpo`, `ddrl`, each with its held-out `overall` and per-task scores at the
@@ -29,9 +31,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -191,14 +195,21 @@ def read_prompts(base: Path, split: str) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
-def write_training_data(base: Path, work: Path, vocabulary: Vocabulary, seed: int) -> tuple[list, list]:
-    """What every run reads from `work`: the base's train prompts with each task given the same share
+def write_training_data(
+    base: Path, work: Path, vocabulary: Vocabulary, seed: int, tasks: tuple[str, ...] = TASKS
+) -> tuple[list, list]:
+    """What every run reads from `work`: the base's train prompts of `tasks` with each task given the same share
     (`train_metadata.jsonl`, as GenEval's prompt set is balanced; colour attribution alone would take most
     rollouts), its held-out prompts balanced alike (`test_metadata.jsonl`: every task the same number of
     samples), and 512 right pictures of the train prompts (`pairs/`, DDRL's data term: the data, not the flawed
     teacher's pictures, which would pull the model back to its mistakes)."""
-    train = balanced_by_task(read_prompts(base, "train"))
-    test = balanced_by_task(read_prompts(base, "test"))
+    unknown = sorted(set(tasks) - set(TASKS))
+    if unknown or not tasks:
+        raise SystemExit(
+            f"--tasks: {', '.join(unknown) or 'none given'}; GenEval's tasks are {', '.join(TASKS)}"
+        )
+    train = [r for r in balanced_by_task(read_prompts(base, "train")) if r["tag"] in tasks]
+    test = [r for r in balanced_by_task(read_prompts(base, "test")) if r["tag"] in tasks]
     write_metadata(work / "train_metadata.jsonl", train)
     write_metadata(work / "test_metadata.jsonl", test)
     write_pairs(work / "pairs", train, 512, vocabulary, seed=seed)
@@ -279,9 +290,11 @@ def run(
     test: list[dict],
     evaluations: int = EVALUATIONS,
     eval_samples: int = EVAL_SAMPLES_PER_PROMPT,
+    threads: int | None = None,
 ):
-    """Train one algorithm (the real CLI, in a child process) and read its evaluations back (with the train reward
-    since the previous one, for the reward-hacking watch); score its final model as its paper evaluates."""
+    """Train one algorithm (the real CLI, in a child process on `threads` CPU threads) and read its evaluations
+    back (with the train reward since the previous one, for the reward-hacking watch); score its final model as
+    its paper evaluates."""
     folder = work / f"{algorithm}-seed{seed}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -289,7 +302,7 @@ def run(
         job(algorithm, base, work, vocabulary, seed, rollouts, lr, evaluations, eval_samples)
     )
     started = time.perf_counter()
-    history = run_job(ALGORITHMS[algorithm], folder / "job.toml", f"{algorithm} seed {seed}")
+    history = run_job(ALGORITHMS[algorithm], folder / "job.toml", f"{algorithm} seed {seed}", threads)
     curve, train_rewards = [], []
     for entry in history:
         if "reward" in entry:
@@ -460,6 +473,17 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rollouts", type=int, help="rollouts per run, the fixed budget (120; quick: 12)")
     parser.add_argument("--lr", type=float, default=LEARNING_RATE, help="learning rate of every algorithm")
     parser.add_argument(
+        "--tasks",
+        default=",".join(TASKS),
+        help="comma-separated GenEval tasks to train and evaluate on (default: all six; fewer never publish)",
+    )
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="runs side by side, the machine's CPU threads shared among them (default: one at a time)",
+    )
+    parser.add_argument(
         "--gain", type=float, default=0.15, help="target: the base's held-out score plus this"
     )
     parser.add_argument("--colors", help="comma-separated colour names (default: the shipped base's)")
@@ -481,10 +505,13 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
         help="no training: one report (JSON, curves) from result files of separate runs, e.g. one seed each",
     )
     args = parser.parse_args(argv)
+    args.tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+    if args.parallel < 1:
+        parser.error("--parallel: at least 1")
     seeds = args.seeds or (1 if args.quick else 3)
+    published = bool(args.combine) or (not args.quick and seeds >= 3 and set(args.tasks) == set(TASKS))
     args.out = (
-        args.out
-        or default_out("geneval_mini", published=bool(args.combine) or (not args.quick and seeds >= 3))
+        args.out or default_out("geneval_mini", published=published)
     ).resolve()  # the jobs name paths under it
     return args
 
@@ -509,7 +536,7 @@ def main() -> None:
     work = args.out.with_suffix("")
     work = work.with_name(work.name + ".runs")
     shutil.rmtree(work, ignore_errors=True)
-    train, test = write_training_data(base, work, vocabulary, args.seed)
+    train, test = write_training_data(base, work, vocabulary, args.seed, args.tasks)
 
     seeds = list(range(args.seed, args.seed + args.seeds))
     curves: dict[str, list] = {name: [] for name in ALGORITHMS}
@@ -526,20 +553,33 @@ def main() -> None:
         f"{g:g}": held_out(base, test, vocabulary, g, eval_samples)
         for g in sorted(set(REFERENCE_GUIDANCE.values()))
     }
-    for seed in seeds:  # interleaved: the machine's drift touches every algorithm alike
-        for algorithm in ALGORITHMS:
-            curve, reference, folder = run(
-                algorithm,
-                base,
-                work,
-                vocabulary,
-                seed,
-                args.rollouts,
-                args.lr,
-                test,
-                evaluations,
-                eval_samples,
-            )
+    # Interleaved, so the machine's drift touches every algorithm alike; `--parallel` runs side by side (a machine
+    # with more cores than one tiny run can use), the CPU threads shared out.
+    runs = [(seed, algorithm) for seed in seeds for algorithm in ALGORITHMS]
+    threads = max(1, len(os.sched_getaffinity(0)) // args.parallel) if args.parallel > 1 else None
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)  # the final models' reference evaluations run in this process
+
+    def train(entry: tuple[int, str]):
+        seed, algorithm = entry
+        return run(
+            algorithm,
+            base,
+            work,
+            vocabulary,
+            seed,
+            args.rollouts,
+            args.lr,
+            test,
+            evaluations,
+            eval_samples,
+            threads,
+        )
+
+    with ThreadPoolExecutor(args.parallel) as pool:
+        for (_, algorithm), (curve, reference, folder) in zip(runs, pool.map(train, runs), strict=True):
             curves[algorithm].append(curve)
             references[algorithm].append(reference)
             folders.setdefault(algorithm, folder)
@@ -585,6 +625,7 @@ def report(
     payload = {
         "vocabulary": vocabulary,
         "teacher": TEACHER.as_dict(),
+        "tasks": list(starts[0]["tasks"]),  # trained and evaluated on (`--tasks`)
         "seeds": seeds,
         "budget_rollouts": rollouts,
         "samples_per_rollout": PROMPTS_PER_ROLLOUT * SAMPLES_PER_PROMPT,
@@ -652,8 +693,8 @@ def combine(paths: list[Path], gain: float, out: Path) -> dict:
     share the vocabulary and the budget, and no seed may appear twice."""
     payloads = [json.loads(path.read_text()) for path in paths]
     for path, payload in zip(paths[1:], payloads[1:], strict=True):
-        for key in ("vocabulary", "budget_rollouts"):
-            if payload[key] != payloads[0][key]:
+        for key in ("vocabulary", "budget_rollouts", "tasks"):
+            if payload.get(key) != payloads[0].get(key):
                 raise SystemExit(f"{path}: its {key} differs from {paths[0]}'s; only like runs combine")
     seeds = [seed for payload in payloads for seed in payload["seeds"]]
     if len(set(seeds)) != len(seeds):

@@ -21,6 +21,17 @@ def test_quick_and_one_seed_runs_write_apart_from_the_published_results(name, tm
     assert options(["--quick", "--out", "x.json"]).out == tmp_path / "x.json"
 
 
+def test_a_geneval_mini_run_on_some_tasks_writes_apart_and_names_unknown_tasks(tmp_path):
+    benchmark = load_benchmark("geneval_mini")
+    assert benchmark.options(["--tasks", "counting"]).out == RESULTS / "partial" / "geneval_mini.json"
+    assert (
+        benchmark.options(["--tasks", ",".join(reversed(benchmark.TASKS))]).out
+        == RESULTS / "geneval_mini.json"
+    )
+    with pytest.raises(SystemExit, match=r"--tasks: knitting; GenEval's tasks are single_object"):
+        benchmark.write_training_data(benchmark.SHIPPED, tmp_path, None, 0, ("counting", "knitting"))
+
+
 def test_the_partial_results_are_not_tracked():
     ignored = (BENCHMARKS.parent / ".gitignore").read_text().splitlines()
     assert "benchmarks/results/partial/" in ignored
