@@ -478,6 +478,12 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated GenEval tasks to train and evaluate on (default: all six; fewer never publish)",
     )
     parser.add_argument(
+        "--eval-samples",
+        type=int,
+        help="samples per held-out row (6: 648 samples over six tasks; quick: 2); fewer tasks need more, "
+        "e.g. 24 for one task (432 samples)",
+    )
+    parser.add_argument(
         "--parallel",
         type=int,
         default=1,
@@ -549,6 +555,7 @@ def main() -> None:
     evaluations, eval_samples = (
         (1, QUICK_EVAL_SAMPLES_PER_PROMPT) if args.quick else (EVALUATIONS, EVAL_SAMPLES_PER_PROMPT)
     )
+    eval_samples = args.eval_samples or eval_samples
     base_reference = {
         f"{g:g}": held_out(base, test, vocabulary, g, eval_samples)
         for g in sorted(set(REFERENCE_GUIDANCE.values()))
