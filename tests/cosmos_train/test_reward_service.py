@@ -27,6 +27,7 @@ from cosmos_train.rewards.remote import RemoteRewardClient, RemoteRewardError, e
 from cosmos_train.service.app import ENQUEUE_PATH, HEALTH_PATH, PULL_PATH, ServiceSettings, serving
 
 TOKEN = "service-token-7f3a"
+WRONG_TOKEN = "not-the-service-token"  # no hex run, so no request uuid can contain it
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 RNG = np.random.default_rng(0)
 IMAGES = RNG.integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
@@ -304,7 +305,9 @@ def test_one_json_log_line_per_request_and_never_the_token(url, caplog):
     uuid = enqueue(url, image_header(), IMAGES).json()["uuid"]
     pull_until_ready(url, uuid, "brightness")
     httpx.post(
-        url + PULL_PATH, data={"uuid": uuid, "type": "brightness"}, headers={"Authorization": "Bearer bad"}
+        url + PULL_PATH,
+        data={"uuid": uuid, "type": "brightness"},
+        headers={"Authorization": f"Bearer {WRONG_TOKEN}"},
     )
     httpx.get(url + HEALTH_PATH + "?token=" + TOKEN)
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "cosmos_train.service"]
@@ -321,7 +324,7 @@ def test_one_json_log_line_per_request_and_never_the_token(url, caplog):
     }
     assert [r["status"] for r in requests][-2:] == [401, 200]
     assert all(r["uuid"] == uuid for r in requests if r["path"] == PULL_PATH and r["status"] == 200)
-    assert TOKEN not in caplog.text and "bad" not in caplog.text
+    assert TOKEN not in caplog.text and WRONG_TOKEN not in caplog.text
 
 
 # --- the command --------------------------------------------------------------------------------------
