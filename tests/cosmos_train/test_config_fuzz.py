@@ -271,6 +271,36 @@ resume_from_checkpoint = true
 [launch]
 backend = "ddp"
 """,
+    "policy-rl": """
+kind = "policy-rl"
+[model]
+name_or_path = "cosmos3_pipeline"
+[env]
+factory = "domains.reach2d.env:Reach2DEnv"
+kwargs = { size = 32 }
+execute = 4
+progress_key = "distance"
+[rollout]
+seeds = "100:164"
+samples_per_start = 4
+train_samples = 16
+train_batch_size = 8
+[reward]
+progress_weight = 0.5
+[rl]
+algorithm = "nft"
+[nft]
+kl_beta = 0.0
+[eval]
+seeds = [1, 2, 3]
+every = 5
+[train]
+output_dir = "runs/x"
+learning_rate = 3e-4
+max_steps = 10
+per_device_train_batch_size = 2
+seed = 1
+""",
     "action-sft": """
 kind = "action-sft"
 [model]

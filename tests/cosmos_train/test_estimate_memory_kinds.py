@@ -52,6 +52,18 @@ CASES = {
     "ddrl-lora": ("ddrl", True, {"ddrl": {"kl_beta": 0.01}}, set()),
     "action-sft-full-ema": ("action-sft", False, {"action": {"ema_decay": 0.9}}, {EMA}),
     "action-sft-lora": ("action-sft", True, {}, set()),
+    "policy-rl-nft-full-kl": (
+        "policy-rl",
+        False,
+        {"nft": {"ema_decay": 0.9, "kl_beta": 1e-4}},
+        {EMA, OLD_POLICY, KL_REFERENCE},
+    ),
+    "policy-rl-flow-grpo-lora": (
+        "policy-rl",
+        True,
+        {"rl": {"algorithm": "flow-grpo"}, "flow_grpo": {"kl_beta": 0.04}},
+        {EMA},
+    ),
 }
 
 
@@ -81,6 +93,12 @@ def smallest_job(kind: str, model: Path, folder: Path) -> dict[str, dict]:
             },
             "action": {"domain": "pusht", "chunk_size": 4, "resolution_tier": 256},
         }
+    elif kind == "policy-rl":
+        sections = {
+            "env": {"factory": "absent_env:make"},
+            "rollout": {"seeds": [1, 2], "samples_per_start": 2, "sampling_steps": 2, "train_samples": 2,
+                        "train_batch_size": 2},
+        }  # fmt: skip
     else:
         rollout = {"samples_per_prompt": 2, "sampling_steps": 2, "train_batch_size": 2}
         if kind == "ddrl":  # data items, at [data]'s size
@@ -150,7 +168,7 @@ def test_every_kind_gets_an_estimate_with_its_parts(tmp_path, configs, case):
     kind, lora, settings, copies = CASES[case]
     family = job_kinds()[kind].family
     folder = (
-        "action" if kind == "action-sft" else family
+        "action" if kind in ("action-sft", "policy-rl") else family
     )  # action-sft trains Cosmos3 pipelines with action heads
     job = write_job(tmp_path, kind, configs / folder, lora, settings)
     shown = CliRunner().invoke(app, ["estimate-memory", str(job), "--json"], catch_exceptions=False)

@@ -82,7 +82,11 @@ def models(tiny_pipeline, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize(
+    # DDRL resumes through FlowGRPO's RL trainer skeleton and copies (the EMA): the exhaustive tier.
+    "case",
+    [pytest.param(c, marks=pytest.mark.exhaustive) if c == "ddrl" else c for c in sorted(CASES)],
+)
 def test_sigkill_then_resume_is_bit_equal(tmp_path, models, case):
     command, build, checkpoint = CASES[case]
     (reference_job, kept), (job, _) = (

@@ -13,13 +13,27 @@ ARRIVED = 0.02  # the expert stops this close to the goal's centre (well inside 
 NOISE = 0.1  # standard deviation of the noise added to each action, in action units (0.005 of the square)
 # Each episode's top speed, drawn uniformly, in action units: demonstrations differ in pace.
 SPEEDS = (0.7, 1.0)
+# The flawed expert's shortfall (`expert_action(stop_short=...)`): it stops 0.06-0.08 from the target's centre, on
+# the edge of SUCCESS_RADIUS (0.06): a systematic mistake that a success reward can fix (it succeeds 0.32 of the
+# time, against the right expert's 1.00, over 400 episodes).
+STOP_SHORT = 0.075
 
 
 def expert_action(
-    tip: np.ndarray, goal: np.ndarray, rng: np.random.Generator, speed: float = 1.0, noise: float = NOISE
+    tip: np.ndarray,
+    goal: np.ndarray,
+    rng: np.random.Generator,
+    speed: float = 1.0,
+    noise: float = NOISE,
+    stop_short: float = 0.0,
 ) -> np.ndarray:
     """The action towards `goal`: the one that lands on it, scaled down to `speed` when longer, plus noise;
-    zero once within ARRIVED. float32 [2] in [-1, 1]."""
+    zero once within ARRIVED. float32 [2] in [-1, 1]. A flawed expert aims `stop_short` before the goal (on the
+    line from the tip): at `STOP_SHORT` it stops on the success radius's edge, and succeeds about 1 time in 3."""
+    if stop_short > 0:
+        gap = distance(tip, goal)
+        offset = np.asarray(goal, np.float64) - np.asarray(tip, np.float64)
+        goal = tip if gap <= stop_short else np.asarray(goal, np.float64) - stop_short * offset / gap
     if distance(tip, goal) <= ARRIVED:
         return np.zeros(2, dtype=np.float32)
     action = (np.asarray(goal, np.float64) - np.asarray(tip, np.float64)) / MAX_STEP
@@ -30,16 +44,18 @@ def expert_action(
     return np.clip(action, -1, 1).astype(np.float32)
 
 
-def demonstrate(world: World, length: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def demonstrate(
+    world: World, length: int, rng: np.random.Generator, stop_short: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """The expert's states and actions, float32 [length, 2] each: action t moves state t to state t + 1 (the last
-    action is the one the expert would take next)."""
+    action is the one the expert would take next). `stop_short`: the flawed expert's shortfall."""
     speed = float(rng.uniform(*SPEEDS))
     states = np.empty((length, 2), dtype=np.float32)
     actions = np.empty((length, 2), dtype=np.float32)
     tip = world.tip
     for t in range(length):
         states[t] = tip
-        actions[t] = expert_action(tip, world.goal_position, rng, speed)
+        actions[t] = expert_action(tip, world.goal_position, rng, speed, stop_short=stop_short)
         tip = step(tip, actions[t])
     return states, actions
 

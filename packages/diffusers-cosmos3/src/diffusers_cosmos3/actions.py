@@ -309,7 +309,7 @@ def sample_action_chunk(
     dtype = transformer.dtype
     for t in scheduler.timesteps:
         samples = [
-            _loop_sample(ids, latents[0].to(dtype), actions.to(dtype), float(t), settings, domain)
+            loop_sample(ids, latents[0].to(dtype), actions.to(dtype), float(t), settings, domain)
             for ids in ((cond_ids, uncond_ids) if guided else (cond_ids,))
         ]
         outputs = batched_outputs(transformer, pack_samples(pipe, samples))
@@ -332,7 +332,7 @@ def sample_action_chunk(
     return chunk.detach().cpu()
 
 
-def _loop_sample(
+def loop_sample(
     ids, latents, actions, timestep, settings: ActionSettings, domain: int
 ) -> Cosmos3TrainingSample:
     """A sample of the sampling loop: the current latents and actions as they are (their clean parts included)."""

@@ -256,12 +256,13 @@ def sde_step(
     sigma_next: float,
     noise_level: float,
     sigma_max: float,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One stochastic FlowGRPO step (noise from the global RNG, so a resumed run draws the same): (x_next, its
-    log-probability per row)."""
+    """One stochastic FlowGRPO step (noise from `generator`, else the global RNG, so a resumed run draws the same):
+    (x_next, its log-probability per row)."""
     mean = sde_mean(x, v, sigma, sigma_next, sde_std_t(sigma, noise_level, sigma_max))
     std = sde_std(sigma, sigma_next, noise_level, sigma_max)
-    sample = mean + std * torch.randn(x.shape, device=x.device, dtype=x.dtype)
+    sample = mean + std * torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
     return sample, gaussian_log_prob(sample, mean, std)
 
 

@@ -1,0 +1,262 @@
+"""Closed-loop RL of a Cosmos3 policy (`cosmos-train policy-rl`): DiffusionNFT and FlowGRPO improve a policy that a
+flawed expert taught, on the outcomes of its own episodes in Reach2D (`domains/reach2d`).
+
+The base (`benchmarks/cosmos3_policy_rl/base`, hash-checked; `--build-base` rebuilds it) is the SFT policy of
+`cosmos-train action-sft` on 64 demonstrations of a *flawed expert* (`expert.STOP_SHORT`): it reaches for the red
+target but stops 0.075 short of its centre, outside the success radius (0.06), in every episode. The policy so
+learns where the target is and how to get there, and a systematic mistake in how far to go that a success reward
+can fix. Its transformer starts from the seed's untrained one, its autoencoder is `cosmos3_policy`'s shipped one.
+
+Each algorithm trains the base in full, from the same start, on training start states (reset seeds the SFT data
+never used), K episodes per start, each episode scored by success plus a dense progress term (`REWARD`); the same
+budget of optimizer steps (so of rollouts), with held-out starts evaluated along the way (`[eval]`: one
+deterministic episode each). Reported: held-out success at the budget (mean and spread over seeds), and the
+environment steps and seconds to reach the target (base + 0.2).
+
+    python benchmarks/cosmos3_policy_rl.py [--quick] [--seed N] [--seeds 3] [--steps N] [--out FILE]
+    python benchmarks/cosmos3_policy_rl.py --build-base          # the flawed expert's SFT policy (~10 min)
+    python benchmarks/cosmos3_policy_rl.py --combine A.json B.json [--out FILE]
+
+Writes JSON (`sft`: the base's held-out `success`; `nft`, `flow_grpo`: `success` at the budget, its `_spread` and
+`_per_seed`, `env_steps_to_target` and `seconds_to_target`, every run's curve) and a PNG of the curves (against
+optimizer steps, environment steps and seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+from _common import default_out, first_reaching, plot_curves, run_job, write_payload
+
+SHIPPED = Path(__file__).resolve().parent / "cosmos3_policy_rl" / "base"
+SIZE, COLORS, CHUNK = 128, ("red",), 8
+EXECUTE = CHUNK // 2  # actions run per policy call before it plans again (as cosmos3_policy evaluates)
+TRAIN_STARTS = (10_000_000, 10_000_512)  # reset seeds of the training starts: not among the SFT data's
+HELD_OUT = (20_000_000, 20_000_048)  # the held-out starts
+GAIN = 0.2  # the target: the base's held-out success + this
+ALGORITHMS = {"nft": "nft", "flow_grpo": "flow-grpo"}
+# The episode's score: success, plus a dense term (how much of the way to the goal it closed), so that K episodes of
+# one start that all fail (or all succeed) still rank: the flaw is a distance, and progress measures it.
+REWARD = {"success_weight": 1.0, "progress_weight": 0.5}
+SETTINGS = {  # per algorithm: [rl]/[nft]/[flow_grpo] and [train] values
+    "nft": {"section": {"beta": 1.0, "kl_beta": 0.0, "timestep_fraction": 0.3, "decay_type": 1}, "lr": 3e-4},
+    "flow_grpo": {
+        "section": {"kl_beta": 0.0, "clip_range": 0.2, "timestep_fraction": 0.3, "noise_level": 0.7},
+        "lr": 3e-4,
+    },
+}
+
+
+def job(algorithm: str, base: Path, out: Path, steps: int, seed: int, starts: int, samples: int, every: int,
+        held_out: tuple[int, int]) -> str:  # fmt: skip
+    settings = SETTINGS[algorithm]
+    section = "\n".join(f"{k} = {json.dumps(v)}" for k, v in settings["section"].items())
+    return f"""kind = "policy-rl"
+[model]
+name_or_path = "{base}"
+[env]
+factory = "domains.reach2d.env:Reach2DEnv"
+kwargs = {{ size = {SIZE}, colors = {json.dumps(list(COLORS))} }}
+execute = {EXECUTE}
+progress_key = "distance"
+[rollout]
+seeds = "{TRAIN_STARTS[0]}:{TRAIN_STARTS[1]}"
+samples_per_start = {samples}
+sampling_steps = 10
+train_samples = 32
+train_batch_size = 8
+[reward]
+success_weight = {REWARD["success_weight"]}
+progress_weight = {REWARD["progress_weight"]}
+[rl]
+algorithm = "{ALGORITHMS[algorithm]}"
+[{algorithm}]
+{section}
+[eval]
+seeds = "{held_out[0]}:{held_out[1]}"
+every = {every}
+[train]
+output_dir = "{out}"
+max_steps = {steps}
+per_device_train_batch_size = {starts}
+learning_rate = {settings["lr"]}
+logging_steps = 1
+save_steps = {steps}
+report_to = "none"
+seed = {seed}
+"""
+
+
+def build_base(folder: Path, seed: int = 0, steps: int = 3000) -> Path:
+    """The flawed expert's SFT policy: `cosmos3_policy`'s recipe (its job, its shipped autoencoder) on 64
+    demonstrations that stop `STOP_SHORT` before the target."""
+    import cosmos3_policy as sft
+    from diffusers import Cosmos3OmniPipeline
+    from domains.reach2d import write_dataset
+    from domains.reach2d.expert import STOP_SHORT
+
+    work = folder.with_name(folder.name + ".build")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    dataset = write_dataset(work / "reach2d", seed=seed, train_count=64, held_out_count=16, size=SIZE,
+                            colors=COLORS, stop_short=STOP_SHORT)  # fmt: skip
+    split = json.loads((dataset / "split.json").read_text())
+    pipe = Cosmos3OmniPipeline.from_pretrained(sft.SHIPPED, enable_safety_checker=False)
+    pipe.register_modules(transformer=sft.untrained_transformer(seed))
+    pipe.save_pretrained(work / "model")
+    (work / "policy").mkdir()
+    (work / "policy" / "job.toml").write_text(sft.job("policy", work / "model", dataset, split["train"],
+                                                      work / "policy", steps, seed))  # fmt: skip
+    started = time.perf_counter()
+    run_job("action-sft", work / "policy" / "job.toml", "the flawed expert's policy")
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(work / "policy" / "safetensors" / f"step_{steps}", folder)
+    record = {"seed": seed, "steps": steps, "stop_short": STOP_SHORT, "train_episodes": 64,
+              "train_seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+    weights = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.safetensors"))
+    record["sha256"] = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in weights}
+    (folder / "benchmark_record.json").write_text(json.dumps(record, indent=1) + "\n")
+    return folder
+
+
+def check_base(folder: Path) -> dict:
+    record = json.loads((folder / "benchmark_record.json").read_text())
+    for name, digest in record["sha256"].items():
+        if hashlib.sha256((folder / name).read_bytes()).hexdigest() != digest:
+            raise SystemExit(f"{folder / name} is not the base the figures were measured on (--build-base)")
+    return record
+
+
+def run(algorithm: str, seed: int, args) -> dict:
+    """One algorithm at one seed: its job trained by the real CLI; its held-out curve."""
+    folder = args.out.with_name(args.out.stem + ".runs") / f"{algorithm}-seed{seed}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "job.toml").write_text(
+        job(
+            algorithm,
+            SHIPPED,
+            folder / "run",
+            args.steps,
+            seed,
+            args.starts,
+            args.samples,
+            args.every,
+            args.held_out,
+        )
+    )
+    started = time.perf_counter()
+    history = run_job("policy-rl", folder / "job.toml", f"{algorithm} seed {seed}")
+    seconds = time.perf_counter() - started
+    curve = json.loads((folder / "run" / "eval.json").read_text())
+    train = [e for e in history if "reward" in e]
+    print(
+        f"  {algorithm} seed {seed}: success {curve[0]['success']:.3f} -> {curve[-1]['success']:.3f} in {seconds:.0f} s",
+        flush=True,
+    )
+    return {"algorithm": algorithm, "seed": seed, "seconds": round(seconds, 1), "curve": curve,
+            "train": [{k: e[k] for k in ("step", "reward", "success", "episode_length", "env_steps") if k in e} for e in train]}  # fmt: skip
+
+
+def summary(runs: list[dict], steps: int) -> dict:
+    base = statistics.fmean(run["curve"][0]["success"] for run in runs)
+    payload: dict = {"sft": {"success": base}, "target": base + GAIN, "steps": steps, "runs": runs}
+    for algorithm in ALGORITHMS:
+        mine = [run for run in runs if run["algorithm"] == algorithm]
+        if not mine:
+            continue
+        finals = [run["curve"][-1]["success"] for run in mine]
+        gains = [run["curve"][-1]["success"] - run["curve"][0]["success"] for run in mine]
+        reach = [first_reaching(run["curve"], base + GAIN, "train_env_steps", "success") for run in mine]
+        seconds = [first_reaching(run["curve"], base + GAIN, "train_seconds", "success") for run in mine]
+        payload[algorithm] = {
+            "success": statistics.fmean(finals),
+            "success_spread": statistics.stdev(finals) if len(finals) > 1 else 0.0,
+            "success_per_seed": finals,
+            "gain": statistics.fmean(gains),
+            "gain_spread": statistics.stdev(gains) if len(gains) > 1 else 0.0,
+            "env_steps_to_target": reach,
+            "seconds_to_target": seconds,
+            "seconds": [run["seconds"] for run in mine],
+        }
+    return payload
+
+
+def main() -> None:
+    args = options()
+    if args.build_base:
+        build_base(SHIPPED)
+        print(f"built {SHIPPED}")
+        return
+    if args.combine:
+        runs = [run for path in args.combine for run in json.loads(path.read_text())["runs"]]
+    else:
+        check_base(SHIPPED)
+        runs = [run(algorithm, seed, args) for seed in range(args.seed, args.seed + args.seeds)
+                for algorithm in args.algorithms]  # fmt: skip
+    payload = summary(runs, args.steps)
+    write_payload(args.out, payload)
+    curves = {name: [run["curve"] for run in runs if run["algorithm"] == name] for name in ALGORITHMS}
+    plot_curves(args.out.with_suffix(".png"), {k: v for k, v in curves.items() if v},
+                {"nft": "#c83c28", "flow_grpo": "#2860c8"},
+                (("step", "optimizer step"), ("train_env_steps", "training environment steps"),
+                 ("train_seconds", "training seconds")),
+                ("success", "held-out closed-loop success"), payload["sft"]["success"], payload["target"])  # fmt: skip
+    print(table(payload))
+
+
+def table(payload: dict) -> str:
+    lines = ["| policy | held-out success | gain | env steps to target |", "|---|---|---|---|",
+             f"| SFT (flawed expert) | {payload['sft']['success']:.3f} | | |"]  # fmt: skip
+    for algorithm in ALGORITHMS:
+        if algorithm in payload:
+            part = payload[algorithm]
+            lines.append(f"| {algorithm} | {part['success']:.3f} ± {part['success_spread']:.3f} | "
+                         f"{part['gain']:+.3f} ± {part['gain_spread']:.3f} | {part['env_steps_to_target']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 steps, few starts")
+    parser.add_argument("--seed", type=int, default=0, help="the first training seed")
+    parser.add_argument("--seeds", type=int, help="how many seeds from --seed (default 3; quick: 1)")
+    parser.add_argument(
+        "--steps", type=int, help="optimizer steps per run, the fixed budget (default 30; quick: 2)"
+    )
+    parser.add_argument("--algorithms", default="nft,flow_grpo", help="comma-separated: nft, flow_grpo")
+    parser.add_argument(
+        "--build-base", action="store_true", help="rebuild the shipped base (the flawed expert's SFT policy)"
+    )
+    parser.add_argument(
+        "--combine", type=Path, nargs="+", metavar="JSON", help="no training: one report from runs apart"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="the JSON (default: results/cosmos3_policy_rl.json for 3 seeds, else partial/)",
+    )
+    args = parser.parse_args(argv)
+    args.seeds = args.seeds or (1 if args.quick else 3)
+    args.steps = args.steps or (2 if args.quick else 30)
+    args.algorithms = [a for a in args.algorithms.split(",") if a]
+    unknown = [a for a in args.algorithms if a not in ALGORITHMS]
+    if unknown:
+        parser.error(f"--algorithms: unknown {unknown}; known: {', '.join(ALGORITHMS)}")
+    args.starts, args.samples, args.every = (2, 4, 1) if args.quick else (4, 4, 5)
+    args.held_out = (HELD_OUT[0], HELD_OUT[0] + 8) if args.quick else HELD_OUT
+    published = bool(args.combine) or (not args.quick and args.seeds >= 3 and len(args.algorithms) == 2)
+    args.out = (args.out or default_out("cosmos3_policy_rl", published=published)).resolve()
+    return args
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""A Cosmos3 policy export as the RL trainers sample and train it: every running episode's chunk in one batched
+transformer call per sampler step, on the pipeline's own noise grid, and the same forward for training.
+
+One policy call is a `PolicyCall`: the caption's tokens, the clean latent of the current frame (later latent frames
+zero: only frame 0 is clean in policy mode, as `sample_action_chunk` samples), and the clean action rows (the state
+row first when the export's settings put one there). `sample` draws future video and the action chunk jointly,
+Euler on the flow ODE (DiffusionNFT's rollouts, and evaluation) or FlowGRPO's SDE on the action tokens (the video
+tokens stay on the ODE: part of the state each step conditions on), keeping what each algorithm trains on.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ...diffusion.sampling import sde_step
+
+
+@dataclass
+class PolicyCall:
+    """One policy call's inputs in the model's space."""
+
+    ids: list[int]
+    latents: torch.Tensor  # [C, T, h, w]: frame 0 the current frame's latent, the rest zero
+    rows: torch.Tensor  # [action_rows, action_dim]: the clean rows (the state row, else zeros)
+
+
+class CosmosPolicy:
+    """The export's pipeline and action settings (`action_settings.json`, as `Cosmos3ActionPolicy` loads them), with
+    the units its actions and state are in."""
+
+    def __init__(self, pipe, record: dict):
+        from diffusers_cosmos3.actions import ActionSettings, domain_id
+
+        self.pipe = pipe
+        self.record = record
+        self.settings = ActionSettings(**record["settings"])
+        if self.settings.mode != "policy":
+            raise ValueError(
+                f"closed-loop RL trains a policy; this export's action mode is {self.settings.mode!r}"
+            )
+        self.normalization = record.get("normalization", "none")
+        self.stats = record.get("stats") or {}
+        self.normalize_state = bool(record.get("normalize_state", False))
+        transformer = pipe.transformer
+        self.action_dim = transformer.config.action_dim
+        self.domain = domain_id(self.settings.domain, transformer.config.get("num_embodiment_domains"))
+        self._prompts: dict[tuple[str, tuple[int, int]], list[int]] = {}
+
+    @staticmethod
+    def settings_record(folder: str | Path) -> dict:
+        from diffusers_cosmos3.actions import ACTION_SETTINGS_FILE
+
+        path = Path(folder) / ACTION_SETTINGS_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path}: [model] must be a policy export of action-sft (it writes this file)"
+            )
+        return json.loads(path.read_text())
+
+    # --- the model's space -------------------------------------------------------------------------------
+
+    @property
+    def first_action_row(self) -> int:
+        return int(self.settings.use_state)
+
+    @torch.no_grad()
+    def call(self, frame: np.ndarray, task: str, state: np.ndarray | None) -> PolicyCall:
+        from diffusers_cosmos3.action_units import normalize_actions
+        from diffusers_cosmos3.actions import action_prompt_ids, conditioning_latents
+
+        latents, canvas = conditioning_latents(self.pipe, [frame], self.settings, first_frame_only=True)
+        key = (task, canvas)
+        if key not in self._prompts:
+            self._prompts[key] = action_prompt_ids(self.pipe, task, self.settings, canvas)[0]
+        rows = torch.zeros(self.settings.action_rows, self.action_dim)
+        if self.settings.use_state:
+            if state is None:
+                raise ValueError("the policy puts the state first (use_state): [env] state_key must name it")
+            if self.normalize_state:
+                state = normalize_actions(state, self.stats, self.normalization)
+            values = torch.as_tensor(np.asarray(state, dtype=np.float32)).reshape(-1)
+            rows[0, : values.numel()] = values
+        return PolicyCall(self._prompts[key], latents.float(), rows)
+
+    def to_env_units(self, actions: torch.Tensor) -> np.ndarray:
+        """Sampled `[B, action_rows, action_dim]` rows as the environment's `[B, chunk, raw_action_dim]` actions."""
+        from diffusers_cosmos3.action_units import denormalize_actions
+
+        chunk = actions[:, self.first_action_row :, : self.settings.raw_action_dim].float().cpu().numpy()
+        return denormalize_actions(chunk, self.stats, self.normalization)
+
+    def velocities(self, transformer, calls: list[PolicyCall], latents, actions, sigmas):
+        """The transformer's vision and action velocities `[B, ...]` at noise levels `sigmas` [B] (zero at clean
+        frames and rows, upstream's convention); `transformer` may be wrapped (DDP, DeepSpeed)."""
+        from diffusers_cosmos3.actions import loop_sample
+        from diffusers_cosmos3.batched import batched_outputs, pack_samples
+
+        dtype = self.pipe.transformer.dtype
+        samples = [
+            loop_sample(
+                call.ids,
+                latents[i].to(dtype),
+                actions[i].to(dtype),
+                float(sigmas[i]) * 1000,
+                self.settings,
+                self.domain,
+            )
+            for i, call in enumerate(calls)
+        ]
+        outputs = batched_outputs(transformer, pack_samples(self.pipe, samples))
+        vision = torch.stack([v.reshape(latents.shape[1:]) for v in outputs.sample]).float()
+        action = torch.stack(list(outputs.action)).float()
+        action[..., self.settings.raw_action_dim :] = 0
+        return vision, action
+
+    def noisy(self, calls: list[PolicyCall], x0, a0, sigmas, noise, action_noise):
+        """The forward process at `sigmas` [B]: x_t = sigma eps + (1 - sigma) x0 on the noisy frames and rows, the
+        clean ones (frame 0, the state row) kept, channels past the raw width zero."""
+        s = sigmas.float().view(-1, *([1] * (x0.dim() - 1)))
+        latents = torch.where(self.frame_mask(x0), x0, s * noise + (1 - s) * x0)
+        s = sigmas.float().view(-1, 1, 1)
+        actions = torch.where(self.row_mask(a0), a0, s * action_noise + (1 - s) * a0)
+        actions[..., self.settings.raw_action_dim :] = 0
+        return latents, actions
+
+    def frame_mask(self, latents: torch.Tensor) -> torch.Tensor:
+        """True at clean latent frames (frame 0), broadcastable to `[B, C, T, h, w]`."""
+        mask = torch.zeros(latents.shape[2], dtype=torch.bool, device=latents.device)
+        mask[0] = True
+        return mask.view(1, 1, -1, 1, 1)
+
+    def row_mask(self, actions: torch.Tensor) -> torch.Tensor:
+        """True at clean action rows (the state row), broadcastable to `[B, rows, D]`."""
+        mask = torch.zeros(actions.shape[1], dtype=torch.bool, device=actions.device)
+        mask[: self.first_action_row] = True
+        return mask.view(1, -1, 1)
+
+    def sigmas(self, steps: int) -> list[float]:
+        """The pipeline's own noise grid for `steps` steps (its scheduler's sigmas, noisiest first, ending at 0)."""
+        scheduler = copy.deepcopy(self.pipe.scheduler)
+        scheduler.set_timesteps(steps, device="cpu")
+        return scheduler.sigmas.double().tolist()
+
+    # --- sampling -----------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def sample(
+        self,
+        transformer,
+        calls: list[PolicyCall],
+        sigmas: list[float],
+        generator: torch.Generator | None = None,
+        noise_level: float | None = None,
+        keep_trajectory: bool = False,
+    ) -> dict:
+        """Sample the batch: Euler on the flow ODE, or with `noise_level` FlowGRPO's SDE on the action tokens (its
+        noise and the initial noise from `generator`, else the global RNG, so a resumed run draws the same).
+        -> {"latents", "actions"} (clean, `[B, ...]`), and with `keep_trajectory` {"states": [(latents, actions)]
+        per level, "log_probs": [B] per SDE step}."""
+        x0 = torch.stack([c.latents for c in calls])
+        a0 = torch.stack([c.rows for c in calls])
+        latents, actions = self.noisy(
+            calls, x0, a0, torch.ones(len(calls)), _randn(x0.shape, generator), _randn(a0.shape, generator)
+        )
+        first, raw = self.first_action_row, self.settings.raw_action_dim
+        states, log_probs = [(latents, actions)], []
+        for j in range(len(sigmas) - 1):
+            sigma, sigma_next = sigmas[j], sigmas[j + 1]
+            v_vision, v_action = self.velocities(
+                transformer, calls, latents, actions, torch.full((len(calls),), sigma)
+            )
+            latents = latents + (sigma_next - sigma) * v_vision
+            if noise_level is None:
+                actions = actions + (sigma_next - sigma) * v_action
+            else:
+                actions = actions.clone()
+                part, log_prob = sde_step(
+                    actions[:, first:, :raw], v_action[:, first:, :raw], sigma, sigma_next, noise_level, sigmas[1],
+                    generator=generator,
+                )  # fmt: skip
+                actions[:, first:, :raw] = part
+                log_probs.append(log_prob)
+            if keep_trajectory:
+                states.append((latents, actions))
+        result = {"latents": latents, "actions": actions}
+        if keep_trajectory:
+            result |= {"states": states, "log_probs": log_probs}
+        return result
+
+
+def _randn(shape, generator: torch.Generator | None) -> torch.Tensor:
+    return torch.randn(shape, generator=generator)

@@ -1,0 +1,196 @@
+"""`cosmos-train policy-rl`: closed-loop RL of a Cosmos3 policy in a gymnasium environment.
+
+The episodes are Reach2D's own (`domains.reach2d.env.rollout` is the reference they are compared with); FlowGRPO's
+stored log-probs are recomputed at training under the same weights (ratio 1); a run's export is a policy, and a
+run resumed from its checkpoint ends bit-equal to one that was not stopped. The shipped base is the flawed expert's
+SFT policy (`benchmarks/cosmos3_policy_rl.py`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from sft_helpers import cli, cli_in_process
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = REPO / "benchmarks" / "cosmos3_policy_rl" / "base"
+
+
+def env_section(**values) -> SimpleNamespace:
+    from cosmos_train.algorithms.policy_rl.schema import EnvSection
+
+    return SimpleNamespace(**EnvSection(factory="domains.reach2d.env:Reach2DEnv", **values).model_dump())
+
+
+def expert_act(seeds: list[int], chunk: int):
+    """Reach2D's scripted expert as a batched policy: one `ExpertPolicy` per episode, reset with its seed as
+    `rollout` resets it."""
+    from domains.reach2d import ExpertPolicy
+
+    experts = {}
+
+    def act(observations, tasks, rows):
+        chunks = []
+        for task, row in zip(tasks, rows, strict=True):
+            if row not in experts:
+                experts[row] = ExpertPolicy(seed=3, chunk=chunk)
+                experts[row].reset(seeds[min(row, len(seeds) - 1)])  # spare copies replay the last
+            chunks.append(experts[row](observations["image"][row], observations["state"][row], task))
+        return np.stack(chunks)
+
+    return act
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_episodes_are_the_domains_own(vectorization):
+    """Side by side in a vector env (worker processes when async), each episode is the one Reach2D's own
+    closed-loop `rollout` runs for the same policy and start: its success and its number of steps."""
+    from domains.reach2d import ExpertPolicy, Reach2DEnv, rollout
+
+    from cosmos_train.algorithms.policy_rl.environments import run_episodes, vector_env
+
+    seeds, execute = [5, 11, 12, 40, 77], 3
+    section = env_section(vectorization=vectorization, kwargs={"max_steps": 12})
+    envs = vector_env(section, None, count=3, execute=execute)
+    try:
+        # 5 seeds on 3 copies: two waves, the second with a spare copy.
+        episodes = []
+        for first in (0, 3):
+            wave = seeds[first : first + 3]
+            episodes += run_episodes(envs, wave, expert_act(wave, chunk=8), section)
+    finally:
+        envs.close()
+    for episode, seed in zip(episodes, seeds, strict=True):
+        want = rollout(Reach2DEnv(max_steps=12), ExpertPolicy(seed=3, chunk=8), seed, execute)
+        assert (episode.seed, episode.success, episode.steps) == (seed, want["success"], want["steps"]), seed
+        assert episode.env_return == float(want["success"])
+    assert any(e.success for e in episodes) and not all(e.success for e in episodes)
+
+
+def test_a_bad_environment_is_named_in_one_line(tmp_path):
+    from cosmos_train.algorithms.policy_rl.environments import make_env
+    from cosmos_train.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"\[env\] factory 'domains.reach2d.env:NoSuchEnv'"):
+        make_env("domains.reach2d.env:NoSuchEnv", {}, None, 4)
+    with pytest.raises(ConfigError, match=r"not a gymnasium\.Env"):
+        make_env("numpy:zeros", {"shape": 2}, None, 4)
+
+
+def write_job(
+    folder: Path, algorithm: str = "nft", rollout=None, section=None, train=None, eval_seeds=None
+) -> Path:
+    rollout = {"seeds": "10000000:10000064", "samples_per_start": 2, "sampling_steps": 3, "train_samples": 4,
+               "train_batch_size": 2} | (rollout or {})  # fmt: skip
+    train = {"output_dir": str(folder / "run"), "max_steps": 2, "per_device_train_batch_size": 2,
+             "learning_rate": 1e-3, "logging_steps": 1, "save_steps": 1, "report_to": "none", "seed": 0,
+             "resume_from_checkpoint": True} | (train or {})  # fmt: skip
+    key = algorithm.replace("-", "_")
+    section = {"kl_beta": 0.01, "timestep_fraction": 0.5} | (section or {})
+
+    def table(values):
+        return "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
+
+    text = (
+        f'kind = "policy-rl"\n[model]\nname_or_path = "{BASE}"\n'
+        '[env]\nfactory = "domains.reach2d.env:Reach2DEnv"\nkwargs = { size = 128, colors = ["red"], max_steps = 8 }\n'
+        'execute = 4\nprogress_key = "distance"\nvectorization = "sync"\n'
+        f'[rollout]\n{table(rollout)}[reward]\nprogress_weight = 0.5\n[rl]\nalgorithm = "{algorithm}"\n'
+        f"[{key}]\n{table(section)}"
+        + (f"[eval]\nseeds = {json.dumps(eval_seeds)}\nevery = 1\n" if eval_seeds else "")
+        + f"[train]\n{table(train)}"
+    )
+    path = folder / "job.toml"
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def trainer_for(job: Path):
+    """The job's trainer, built as `run_policy_rl` builds it (its envs in this process)."""
+    from cosmos_train.algorithms.action_sft.trainer import train_action_heads
+    from cosmos_train.algorithms.diffusion.trainer import load_for_training
+    from cosmos_train.algorithms.policy_rl import trainer as policy_rl
+    from cosmos_train.jobs import read_job
+
+    read = read_job(job)
+    adapter, lora = load_for_training(read)
+    train_action_heads(adapter.transformer, fresh=False)
+    policy = policy_rl.CosmosPolicy(adapter.pipeline, policy_rl.CosmosPolicy.settings_record(BASE))
+    envs = policy_rl.vector_env(read.config.env, None, 4, 4)
+    return policy_rl.PolicyRLTrainer(adapter, read.config, policy, envs, read.args, lora=lora), envs
+
+
+def test_flow_grpo_recomputes_its_rollout_log_probs(tmp_path):
+    """Every trained SDE step's log-prob, recomputed under the weights that sampled it, is the stored one: the
+    ratio is 1 before any update (a wrong level, timestep, state or noise scale would move it)."""
+    trainer, envs = trainer_for(write_job(tmp_path, "flow-grpo", section={"drop_zero_advantage": False}))
+    try:
+        calls, episodes = trainer.rollout([10000003, 10000003, 10000004, 10000004])
+        batches = trainer.micro_batches(calls, trainer.advantages(episodes))
+        assert len(batches) == trainer.micro_batches_per_rollout
+        with torch.no_grad():
+            for batch in batches:
+                trainer.flow_grpo_loss(trainer.model, batch)
+    finally:
+        envs.close()
+    assert trainer._metrics["ratio_min"] and min(trainer._metrics["ratio_min"]) > 1 - 1e-6
+    assert max(trainer._metrics["ratio_max"]) < 1 + 1e-6
+
+
+def test_a_run_exports_a_policy_and_resumes_bit_equal(tmp_path):
+    """Two steps in one go, and the same job stopped after step 1 and resumed: the same final weights, old policy,
+    EMA and export. The export loads as a `Cosmos3ActionPolicy`, and `cosmos-train export` writes the same."""
+    from diffusers_cosmos3.actions import Cosmos3ActionPolicy
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "benchmarks")}  # the jobs' environment: domains.reach2d
+    whole = write_job(tmp_path / "whole", eval_seeds=[20000000, 20000001])
+    done = cli("policy-rl", "-c", whole, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stopped = write_job(tmp_path / "stopped", eval_seeds=[20000000, 20000001], train={"max_steps": 1})
+    assert cli("policy-rl", "-c", stopped, env=env).returncode == 0
+    resumed = cli("policy-rl", "-c", stopped, "--set", "train.max_steps=2", env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stderr
+    runs = [tmp_path / name / "run" for name in ("whole", "stopped")]
+    for name in ("model.safetensors", "old_policy.safetensors", "ema.safetensors"):
+        final, expected = (load_file(run / name) for run in runs)
+        assert all(torch.equal(final[k], expected[k]) for k in expected), name
+    curves = [[{k: v for k, v in p.items() if k != "seconds"} for p in json.loads((run / "eval.json").read_text())]
+              for run in runs]  # fmt: skip
+    assert [p["step"] for p in curves[1]] == [0, 1, 2] and curves[0] == curves[1]
+    export = runs[0] / "safetensors" / "step_2"
+    policy = Cosmos3ActionPolicy.from_pretrained(export, num_inference_steps=2, enable_safety_checker=False)
+    chunk = policy(np.zeros((128, 128, 3), np.uint8), "reach the red target", state=np.array([0.5, 0.5]))
+    assert chunk.shape == (policy.settings.chunk_size, 2)
+    result = cli_in_process("export", runs[0] / "checkpoint-2", tmp_path / "exported")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "exported" / "action_settings.json").read_text() == (
+        export / "action_settings.json"
+    ).read_text()
+
+
+def test_bad_jobs_are_refused_in_one_line(tmp_path):
+    job = write_job(tmp_path)
+    for overrides, message in (
+        (["rollout.seeds=9:3"], "[rollout] seeds"),
+        (["rollout.train_samples=5"], "train_samples = 5 must be a multiple"),
+        (["rl.algorithm=flow-grpo", "flow_grpo.kl_beta=0.0", "nft.kl_beta=0.0", "rl.video_loss_weight=1.0"],
+         "[rl] video_loss_weight"),
+    ):  # fmt: skip
+        sets = [arg for override in overrides for arg in ("--set", override)]
+        result = cli_in_process("validate-config", job, *sets)
+        assert result.returncode == 2, (overrides, result.stdout)
+        assert message in result.stdout + result.stderr, (overrides, result.stdout + result.stderr)
+    job.write_text(job.read_text().replace('progress_key = "distance"\n', ""))
+    result = cli_in_process("validate-config", job)
+    assert (
+        result.returncode == 2
+        and "[reward] progress_weight needs [env] progress_key" in result.stdout + result.stderr
+    )
