@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from cosmos_train import tiny_models as tiny
 from cosmos_train.cli import app
 
-FOLDERS = ("sft", "grpo", "diffusion_sft", "diffusion_rl", "action_sft")
+FOLDERS = ("sft", "grpo", "diffusion_sft", "diffusion_rl", "action_sft", "policy_rl")
 RECIPES = [path for folder in FOLDERS for path in sorted((REPO / "examples" / folder).glob("*.toml"))]
 
 
@@ -142,7 +142,8 @@ def _stand_ins(recipe, stand_ins) -> list[str]:
     values = {"model.name_or_path": stand_ins[kind], "launch.backend": "ddp"}
     if kind == "cosmos_predict2_5":
         values["model.trust_remote_code"] = "true"  # the tiny one ships its stand-in safety checker's code
-    if recipe in TINY_RECIPES or recipe in TRAINED_ELSEWHERE:
+    # A policy-rl recipe names its base and environment beside the repository; only its model stands in.
+    if recipe in TINY_RECIPES or recipe in TRAINED_ELSEWHERE or job.get("kind") == "policy-rl":
         return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
     if "eval" in job:  # held-out prompts
         values["eval.path"] = REPO / "examples" / "data" / "prompts" / "colors.txt"

@@ -162,7 +162,8 @@ def test_a_run_exports_a_policy_and_resumes_bit_equal(tmp_path):
     for name in ("model.safetensors", "old_policy.safetensors", "ema.safetensors"):
         final, expected = (load_file(run / name) for run in runs)
         assert all(torch.equal(final[k], expected[k]) for k in expected), name
-    curves = [[{k: v for k, v in p.items() if k != "seconds"} for p in json.loads((run / "eval.json").read_text())]
+    clock = ("seconds", "train_seconds")  # wall-clock: the rest of each point is the same
+    curves = [[{k: v for k, v in p.items() if k not in clock} for p in json.loads((run / "eval.json").read_text())]
               for run in runs]  # fmt: skip
     assert [p["step"] for p in curves[1]] == [0, 1, 2] and curves[0] == curves[1]
     export = runs[0] / "safetensors" / "step_2"
@@ -181,6 +182,7 @@ def test_bad_jobs_are_refused_in_one_line(tmp_path):
     for overrides, message in (
         (["rollout.seeds=9:3"], "[rollout] seeds"),
         (["rollout.train_samples=5"], "train_samples = 5 must be a multiple"),
+        (["env.factory=domains.reach2d.env:NoSuchEnv"], "[env] factory domains.reach2d.env:NoSuchEnv: "),
         (["rl.algorithm=flow-grpo", "flow_grpo.kl_beta=0.0", "nft.kl_beta=0.0", "rl.video_loss_weight=1.0"],
          "[rl] video_loss_weight"),
     ):  # fmt: skip

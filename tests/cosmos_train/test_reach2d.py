@@ -230,3 +230,19 @@ def test_written_dataset_reads_back(tmp_path):
         world = World.sample(seed)  # the targets' colours survive the video codec (yuv420p halves chroma)
         for center, color in zip(world.targets, world.colors, strict=True):
             assert np.abs(locate(window.frames[0], color) - center).max() < 1 / 32
+
+
+def test_the_flawed_expert_stops_short_of_every_target():
+    """The flawed expert (`stop_short`) stops within ARRIVED of STOP_SHORT from the goal, outside the
+    success radius, in every episode; the right expert's demonstrations of the same worlds end on the goal."""
+    from domains.reach2d import World, episode_seeds
+    from domains.reach2d.expert import ARRIVED, STOP_SHORT, demonstrate
+    from domains.reach2d.world import SUCCESS_RADIUS, distance
+
+    assert STOP_SHORT > SUCCESS_RADIUS
+    for seed in episode_seeds(3, 40):
+        world = World.sample(seed)
+        flawed, _ = demonstrate(world, 24, np.random.default_rng([seed, 1]), stop_short=STOP_SHORT)
+        right, _ = demonstrate(world, 24, np.random.default_rng([seed, 1]))
+        assert abs(distance(flawed[-1], world.goal_position) - STOP_SHORT) <= ARRIVED + 0.005, seed
+        assert not world.reached(flawed[-1]) and world.reached(right[-1]), seed

@@ -203,6 +203,11 @@ def check_sources(config: JobSchema, source: str, base: Path, check_data_files: 
         raise ConfigError(f"{source}: {error}") from None
     for reward in getattr(config, "rewards", None) or {}:
         check_reward_imports(reward, source, base)
+    factory = getattr(getattr(config, "env", None), "factory", None)
+    if (
+        factory is not None and check_data_files
+    ):  # an environment, as rewards, must import (estimate-memory skips it)
+        check_callable_import(factory, "[env] factory", source, base)
     train = getattr(config, "train", None)
     if getattr(train, "output_dir", None):
         check_output_dir(Path(train.output_dir), f"{source}: [train] output_dir")
@@ -295,16 +300,23 @@ def check_reward_names(table: dict, key: str, config: JobSchema) -> None:
 
 def check_reward_imports(reward: str, source: str, base: Path) -> None:
     """A `module:function` reward imports and is a function."""
-    from .references import is_reference, load_reference
+    from .references import is_reference
 
     if reward.startswith("remote:") or not is_reference(reward):
         return
+    check_callable_import(reward, "[rewards]", source, base, "a function")
+
+
+def check_callable_import(reference: str, key: str, source: str, base: Path, what: str = "callable") -> None:
+    """A `module:attribute` reference imports (from `sys.path` or `base`) and is callable."""
+    from .references import load_reference
+
     try:
-        function = load_reference(reward, base)
+        function = load_reference(reference, base)
     except BadReferenceError as error:
-        raise ConfigError(f"{source}: [rewards] {reward}: {error}") from None
+        raise ConfigError(f"{source}: {key} {reference}: {error}") from None
     if not callable(function):
-        raise ConfigError(f"{source}: [rewards] {reward} is a {type(function).__name__}, not a function")
+        raise ConfigError(f"{source}: {key} {reference} is a {type(function).__name__}, not {what}")
 
 
 def check_data(job: Job) -> None:

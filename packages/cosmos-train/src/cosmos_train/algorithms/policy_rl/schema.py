@@ -96,8 +96,8 @@ class PolicyRolloutSection(Section):
     train_samples: int = Field(
         64,
         gt=0,
-        description="Policy calls trained on per rollout, drawn uniformly from all of its episodes' calls (each "
-        "carries its episode's advantage).",
+        description="Policy calls trained on per rollout, as many from each episode (each carries its episode's "
+        "advantage; a call drawn at random within its episode).",
     )
     train_batch_size: int = Field(8, gt=0, description="Policy calls per training forward.")
     updates_per_rollout: int = Field(

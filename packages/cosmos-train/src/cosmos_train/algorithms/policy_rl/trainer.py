@@ -176,18 +176,25 @@ class PolicyRLTrainer(DiffusionTrainer):
     # --- 3. micro-batches -------------------------------------------------------------------------------------
 
     def chosen_calls(self, calls: list[dict], advantages: torch.Tensor) -> list[list[dict]]:
-        """`train_samples` of the rollout's calls, drawn uniformly (FlowGRPO with `drop_zero_advantage`: from the
-        calls whose episode's advantage is not 0, when there are any), in chunks of `train_batch_size`."""
-        pool = list(range(len(calls)))
+        """`train_samples` of the rollout's calls, in chunks of `train_batch_size`: the same number from every episode
+        (the rest from episodes drawn at random), a call drawn at random within its episode. Drawing calls uniformly
+        instead would weigh an episode by its length, and failed episodes run longer: the advantages of a start's
+        K episodes sum to 0, their calls' would not, and DiffusionNFT's negative term would push the policy off its
+        own samples. FlowGRPO with `drop_zero_advantage` draws from the episodes whose advantage is not 0."""
+        by_episode: dict[int, list[dict]] = defaultdict(list)
+        for call in calls:
+            by_episode[call["row"]].append(call)
+        episodes = sorted(by_episode)
         if self.algorithm == "flow-grpo" and self.section.drop_zero_advantage:
-            informative = [i for i in pool if advantages[calls[i]["row"]] != 0]
-            self._metrics["trained_fraction"].append(len(informative) / max(len(pool), 1))
-            pool = informative or pool
+            informative = [e for e in episodes if advantages[e] != 0]
+            self._metrics["trained_fraction"].append(len(informative) / max(len(episodes), 1))
+            episodes = informative or episodes
         wanted = self.config.rollout.train_samples
-        order = torch.randperm(len(pool))
-        if len(pool) < wanted:  # fewer calls than trained: every one, then repeats
-            order = torch.cat([order, torch.randint(len(pool), (wanted - len(pool),))])
-        chosen = [calls[pool[i]] for i in order[:wanted].tolist()]
+        each, rest = divmod(wanted, len(episodes))
+        drawn = [e for e in episodes for _ in range(each)]
+        drawn += [episodes[i] for i in torch.randperm(len(episodes))[:rest].tolist()]
+        chosen = [by_episode[e][int(torch.randint(len(by_episode[e]), ()))] for e in drawn]
+        chosen = [chosen[i] for i in torch.randperm(len(chosen)).tolist()]
         size = self.config.rollout.train_batch_size
         return [chosen[i : i + size] for i in range(0, wanted, size)]
 
