@@ -119,7 +119,7 @@ class CosmosPolicy:
         action[..., self.settings.raw_action_dim :] = 0
         return vision, action
 
-    def noisy(self, calls: list[PolicyCall], x0, a0, sigmas, noise, action_noise):
+    def noisy(self, x0, a0, sigmas, noise, action_noise):
         """The forward process at `sigmas` [B]: x_t = sigma eps + (1 - sigma) x0 on the noisy frames and rows, the
         clean ones (frame 0, the state row) kept, channels past the raw width zero."""
         s = sigmas.float().view(-1, *([1] * (x0.dim() - 1)))
@@ -166,7 +166,11 @@ class CosmosPolicy:
         x0 = torch.stack([c.latents for c in calls])
         a0 = torch.stack([c.rows for c in calls])
         latents, actions = self.noisy(
-            calls, x0, a0, torch.ones(len(calls)), _randn(x0.shape, generator), _randn(a0.shape, generator)
+            x0,
+            a0,
+            torch.ones(len(calls)),
+            torch.randn(x0.shape, generator=generator),
+            torch.randn(a0.shape, generator=generator),
         )
         first, raw = self.first_action_row, self.settings.raw_action_dim
         states, log_probs = [(latents, actions)], []
@@ -192,7 +196,3 @@ class CosmosPolicy:
         if keep_trajectory:
             result |= {"states": states, "log_probs": log_probs}
         return result
-
-
-def _randn(shape, generator: torch.Generator | None) -> torch.Tensor:
-    return torch.randn(shape, generator=generator)

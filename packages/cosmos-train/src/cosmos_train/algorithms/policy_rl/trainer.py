@@ -8,7 +8,7 @@ The story of a rollout (`PolicyRLTrainer._prepare_inputs`), told as the prompt-b
    tokens, keeping its states and log-probs. Each policy call is kept with its clean sample;
 2. score: each episode's success, progress and return, weighted (`[reward]`), become advantages per start state
    as per prompt (`group_advantages`); every call of an episode carries its episode's advantage;
-3. micro-batches: `train_samples` calls drawn from all of the rollout's calls, in chunks of `train_batch_size`,
+3. micro-batches: `train_samples` calls, as many from each episode, in chunks of `train_batch_size`,
    each at the algorithm's training levels (NFT: random noise levels of the grid, the loss `nft_loss` on the action
    tokens, optionally the generated frames; FlowGRPO: each trained SDE step, the clipped ratio `clipped_policy_loss`
    plus the KL `step_kl`);
@@ -79,7 +79,6 @@ class PolicyRLTrainer(DiffusionTrainer):
         self.group_size = config.rollout.samples_per_start
         self.sigmas = policy.sigmas(config.rollout.sampling_steps)
         self.execute = config.env.execute or policy.settings.chunk_size
-        self.chunks = config.rollout_chunks()
         self.micro_batches_per_rollout = config.micro_batches_per_update() * updates
         self._buffer: list[dict] = []
         self._metrics: dict[str, list[float]] = defaultdict(list)
@@ -107,7 +106,10 @@ class PolicyRLTrainer(DiffusionTrainer):
         return self.old_policy.swapped_in() if self.old_policy is not None else contextlib.nullcontext()
 
     def rollout(self, seeds: list[int]) -> tuple[list[dict], list[Episode]]:
-        """K episodes per start; every policy call kept with the episode (row) it belongs to."""
+        """K episodes per start, one per copy of the environment (one wave); every policy call kept with the episode
+        (its copy's row) it belongs to."""
+        if len(seeds) != self.envs.num_envs:
+            raise ValueError(f"{len(seeds)} episodes for {self.envs.num_envs} copies of the environment")
         calls: list[dict] = []
         flow_grpo = self.algorithm == "flow-grpo"
         noise_level = self.section.noise_level if flow_grpo else None
@@ -256,7 +258,7 @@ class PolicyRLTrainer(DiffusionTrainer):
     def nft_loss(self, model, inputs) -> torch.Tensor:
         policy, nft = self.policy, self.section
         calls, sigmas, x0, a0 = inputs["inputs"], inputs["sigmas"], inputs["x0"], inputs["a0"]
-        latents, actions = policy.noisy(calls, x0, a0, sigmas, inputs["noise"], inputs["action_noise"])
+        latents, actions = policy.noisy(x0, a0, sigmas, inputs["noise"], inputs["action_noise"])
         # The frozen predictions first: swapping weights after the trained forward would touch its graph.
         with torch.no_grad():
             with self.old_policy.swapped_in():
