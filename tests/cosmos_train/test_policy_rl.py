@@ -166,6 +166,7 @@ def test_a_run_exports_a_policy_and_resumes_bit_equal(tmp_path):
     curves = [[{k: v for k, v in p.items() if k not in clock} for p in json.loads((run / "eval.json").read_text())]
               for run in runs]  # fmt: skip
     assert [p["step"] for p in curves[1]] == [0, 1, 2] and curves[0] == curves[1]
+    assert (runs[0] / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # train and held-out success
     export = runs[0] / "safetensors" / "step_2"
     policy = Cosmos3ActionPolicy.from_pretrained(export, num_inference_steps=2, enable_safety_checker=False)
     chunk = policy(np.zeros((128, 128, 3), np.uint8), "reach the red target", state=np.array([0.5, 0.5]))

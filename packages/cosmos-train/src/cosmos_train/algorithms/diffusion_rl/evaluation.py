@@ -130,11 +130,19 @@ class RLEvaluation(TrainerCallback):
         return logs["eval/reward"]
 
 
-def write_curves(path: Path, log_history: list[dict]) -> Path | None:
-    """The train reward (`reward`) and the eval reward (`eval/reward`) per optimizer step, as a PNG."""
-    train = [(entry["step"], entry["reward"]) for entry in log_history if "reward" in entry]
-    evaluation = [(entry["step"], entry["eval/reward"]) for entry in log_history if "eval/reward" in entry]
-    if not train and not evaluation:
+def write_curves(
+    path: Path,
+    log_history: list[dict],
+    curves: tuple[tuple[str, str], ...] = (("reward", "train reward"), ("eval/reward", "eval reward")),
+    ylabel: str = "reward (weighted sum)",
+) -> Path | None:
+    """Logged values per optimizer step as a PNG, one line per (log key, label) of `curves`: by default the train
+    reward (`reward`) and the eval reward (`eval/reward`)."""
+    lines = [
+        ([(entry["step"], entry[key]) for entry in log_history if key in entry], label, key)
+        for key, label in curves
+    ]
+    if not any(points for points, _, _ in lines):
         return None
     import matplotlib
 
@@ -142,11 +150,11 @@ def write_curves(path: Path, log_history: list[dict]) -> Path | None:
     from matplotlib import pyplot
 
     figure, axes = pyplot.subplots(figsize=(6, 4), dpi=100)
-    for points, label, style in ((train, "train reward", "-"), (evaluation, "eval reward", "o-")):
-        if points:
-            axes.plot(*zip(*points, strict=True), style, label=label)
+    for points, label, key in lines:
+        if points:  # evaluations as points on a line, training logs as a line
+            axes.plot(*zip(*points, strict=True), "o-" if key.startswith("eval/") else "-", label=label)
     axes.set_xlabel("optimizer step")
-    axes.set_ylabel("reward (weighted sum)")
+    axes.set_ylabel(ylabel)
     axes.legend()
     axes.grid(alpha=0.3)
     figure.tight_layout()

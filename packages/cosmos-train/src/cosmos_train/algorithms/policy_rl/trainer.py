@@ -339,7 +339,8 @@ class PolicyRLTrainer(DiffusionTrainer):
 
 class PolicyEvaluation(TrainerCallback):
     """`[eval]`: one episode per held-out start, sampled deterministically (Euler on the ODE, the same noise every
-    time; the EMA weights when kept), before training, every `every` steps and at the end. Logs `eval/success`,
+    time; the EMA weights when kept), before training, every `every` steps and at the end (and `curves.png`, train
+    and held-out success per step). Logs `eval/success`,
     `eval/episode_length` (and `eval/progress`), and appends each point to `output_dir/eval.json` with the training
     environment steps and seconds (evaluations left out) that led to it."""
 
@@ -365,8 +366,13 @@ class PolicyEvaluation(TrainerCallback):
             self.evaluate(state.global_step, args)
 
     def on_train_end(self, args, state, control, **kwargs):
+        from ..diffusion_rl.evaluation import write_curves
+
         if not self.history or self.history[-1]["step"] != state.global_step:
             self.evaluate(state.global_step, args)
+        if state.is_world_process_zero:
+            curves = (("success", "train success (its episodes)"), ("eval/success", "held-out success"))
+            write_curves(Path(args.output_dir) / "curves.png", state.log_history, curves, "success rate")
 
     @torch.no_grad()
     def evaluate(self, step: int, args) -> dict:
