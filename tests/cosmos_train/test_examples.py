@@ -83,7 +83,7 @@ STAND_IN_MODELS = {
     "action_sft/cosmos3_policy_libero.toml": "cosmos3_action",
     "action_sft/cosmos3_policy_droid.toml": "cosmos3_action",
     "action_sft/cosmos3_forward_dynamics_droid.toml": "cosmos3_action",
-    "policy_rl/reach2d_nft.toml": "cosmos3_action",
+    "policy_rl/tiny_reach2d_nft.toml": "cosmos3_action",
 }
 
 

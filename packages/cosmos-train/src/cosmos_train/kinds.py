@@ -170,7 +170,7 @@ start state, shared by the episode's policy calls. [rl] algorithm picks nft ([nf
 
 Examples:
 
-  cosmos-train policy-rl --config examples/policy_rl/reach2d_nft.toml
+  cosmos-train policy-rl --config examples/policy_rl/tiny_reach2d_nft.toml
 
   cosmos-train policy-rl -c job.toml --set rl.algorithm=flow-grpo
 """,
