@@ -116,19 +116,9 @@ class DiffusionRLTrainer(DiffusionTrainer):
     def micro_batches(self, rollout: dict[str, Any]) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    @contextlib.contextmanager
     def reference(self):
         """The frozen base model (for a KL term, no-grad forwards only), as a context giving the module to call."""
-        transformer = self.adapter.transformer
-        if self.reference_copy is not None:
-            with self.reference_copy.swapped_in():
-                yield transformer
-            return
-        transformer.disable_adapters()
-        try:
-            yield transformer
-        finally:
-            transformer.enable_adapters()
+        return frozen_base(self.adapter.transformer, self.reference_copy)
 
     def grid(self, steps: int) -> NoiseGrid:
         """The pipeline's own noise grid for `steps` sampler steps at the rollout size (`sampling.noise_grid`)."""
@@ -210,6 +200,21 @@ class DiffusionRLTrainer(DiffusionTrainer):
                 logs[key] = sum(values) / len(values)
             self._metrics.clear()
         super().log(logs, start_time)
+
+
+@contextlib.contextmanager
+def frozen_base(transformer, reference_copy: ParameterCopy | None):
+    """`transformer` as the frozen base while the block runs: a full fine-tuning's kept copy swapped in, or a LoRA's
+    adapters disabled."""
+    if reference_copy is not None:
+        with reference_copy.swapped_in():
+            yield transformer
+        return
+    transformer.disable_adapters()
+    try:
+        yield transformer
+    finally:
+        transformer.enable_adapters()
 
 
 class RolloutPrompts(torch.utils.data.Dataset):

@@ -37,7 +37,7 @@ from ...jobs import Job
 from ..common import train_and_save
 from ..diffusion.trainer import DiffusionTrainer, load_for_training
 from ..diffusion_rl.advantages import group_advantages_across
-from ..diffusion_rl.trainer import RolloutPrompts
+from ..diffusion_rl.trainer import RolloutPrompts, frozen_base
 from ..flow_grpo.loss import clipped_policy_loss, step_kl
 from ..nft.loss import nft_loss, optimality_probability
 from .environments import Episode, run_episodes, vector_env
@@ -238,18 +238,8 @@ class PolicyRLTrainer(DiffusionTrainer):
         """The sampled action tokens: rows past the state row, channels up to the raw width."""
         return actions[:, self.policy.first_action_row :, : self.policy.settings.raw_action_dim]
 
-    @contextlib.contextmanager
     def reference(self):
-        transformer = self.adapter.transformer
-        if self.reference_copy is not None:
-            with self.reference_copy.swapped_in():
-                yield transformer
-            return
-        transformer.disable_adapters()
-        try:
-            yield transformer
-        finally:
-            transformer.enable_adapters()
+        return frozen_base(self.adapter.transformer, self.reference_copy)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss = self.nft_loss(model, inputs) if self.algorithm == "nft" else self.flow_grpo_loss(model, inputs)
