@@ -29,19 +29,19 @@ def env_section(**values) -> SimpleNamespace:
 
 
 def expert_act(seeds: list[int], chunk: int):
-    """Reach2D's scripted expert as a batched policy: one `ExpertPolicy` per episode, reset with its seed as
-    `rollout` resets it."""
+    """Reach2D's scripted expert as a batched policy: one `ExpertPolicy` per episode (found by the episode index
+    `run_episodes` passes), reset with its seed as `rollout` resets it."""
     from domains.reach2d import ExpertPolicy
 
     experts = {}
 
-    def act(observations, tasks, rows):
+    def act(observations, tasks, rows, episodes):
         chunks = []
-        for task, row in zip(tasks, rows, strict=True):
-            if row not in experts:
-                experts[row] = ExpertPolicy(seed=3, chunk=chunk)
-                experts[row].reset(seeds[min(row, len(seeds) - 1)])  # spare copies replay the last
-            chunks.append(experts[row](observations["image"][row], observations["state"][row], task))
+        for task, row, episode in zip(tasks, rows, episodes, strict=True):
+            if episode not in experts:
+                experts[episode] = ExpertPolicy(seed=3, chunk=chunk)
+                experts[episode].reset(seeds[min(episode, len(seeds) - 1)])  # spare copies replay the last
+            chunks.append(experts[episode](observations["image"][row], observations["state"][row], task))
         return np.stack(chunks)
 
     return act
@@ -60,10 +60,7 @@ def test_episodes_are_the_domains_own(vectorization):
     envs = vector_env(section, None, count=3, execute=execute)
     try:
         # 5 seeds on 3 copies: two waves, the second with a spare copy.
-        episodes = []
-        for first in (0, 3):
-            wave = seeds[first : first + 3]
-            episodes += run_episodes(envs, wave, expert_act(wave, chunk=8), section)
+        episodes = run_episodes(envs, seeds, expert_act(seeds, chunk=8), section)
     finally:
         envs.close()
     for episode, seed in zip(episodes, seeds, strict=True):
@@ -142,6 +139,24 @@ def test_flow_grpo_recomputes_its_rollout_log_probs(tmp_path):
         envs.close()
     assert trainer._metrics["ratio_min"] and min(trainer._metrics["ratio_min"]) > 1 - 1e-6
     assert max(trainer._metrics["ratio_max"]) < 1 + 1e-6
+
+
+def test_held_out_episodes_do_not_depend_on_the_copies_beside_them(tmp_path):
+    """`[eval]` draws each episode's noise from its own generator: 5 held-out starts on 4 copies of the environment
+    (two waves) and on 2 (three) are the same episodes."""
+    from cosmos_train.algorithms.policy_rl.trainer import PolicyEvaluation, vector_env
+
+    seeds = [20000000, 20000001, 20000002, 20000003, 20000004]
+    trainer, envs = trainer_for(write_job(tmp_path, eval_seeds=seeds))
+    two = vector_env(trainer.config.env, None, 2, 4)
+    try:
+        evaluation = PolicyEvaluation(trainer, trainer.config.eval)
+        on_four, on_two = evaluation.episodes(envs), evaluation.episodes(two)
+    finally:
+        envs.close(), two.close()
+    assert [(e.seed, e.success, e.steps) for e in on_four] == [(e.seed, e.success, e.steps) for e in on_two]
+    assert [e.progress for e in on_four] == pytest.approx([e.progress for e in on_two], abs=1e-4)
+    assert len({round(e.progress, 4) for e in on_four}) == len(seeds)  # five episodes, not one replayed
 
 
 def test_a_run_exports_a_policy_and_resumes_bit_equal(tmp_path):

@@ -103,9 +103,10 @@ class Episode:
     progress: float | None
 
 
-# act(observations, tasks, rows) -> chunks [len(rows), k >= execute, *action_shape], of which the first `execute`
-# run: `observations` the vector env's (each value stacked over every copy), `rows` the copies still running.
-Act = Callable[[dict[str, np.ndarray], list[str], np.ndarray], np.ndarray]
+# act(observations, tasks, rows, episodes) -> chunks [len(rows), k >= execute, *action_shape], of which the first
+# `execute` run: `observations` the vector env's (each value stacked over every copy), `rows` the copies still
+# running, `episodes` their episodes' indexes in `seeds` (a spare copy's: len(seeds) and up).
+Act = Callable[[dict[str, np.ndarray], list[str], np.ndarray, np.ndarray], np.ndarray]
 
 
 def run_episodes(envs, seeds: Sequence[int], act: Act, section) -> list[Episode]:
@@ -116,11 +117,11 @@ def run_episodes(envs, seeds: Sequence[int], act: Act, section) -> list[Episode]
     for first in range(0, len(seeds), count):
         wave = list(seeds[first : first + count])
         padded = wave + [wave[-1]] * (count - len(wave))  # spare copies replay a start, unread
-        episodes += _wave(envs, padded, act, section)[: len(wave)]
+        episodes += _wave(envs, padded, act, section, first)[: len(wave)]
     return episodes
 
 
-def _wave(envs, seeds: list[int], act: Act, section) -> list[Episode]:
+def _wave(envs, seeds: list[int], act: Act, section, first: int) -> list[Episode]:
     observations, info = envs.reset(seed=[int(s) for s in seeds])
     count = len(seeds)
     start_value = _info_values(info, section.progress_key, count)
@@ -134,7 +135,7 @@ def _wave(envs, seeds: list[int], act: Act, section) -> list[Episode]:
     while running.any():
         rows = np.flatnonzero(running)
         chunks = np.zeros((count, *chunk_shape), dtype=envs.single_action_space.dtype)
-        planned = np.asarray(act(observations, [tasks[i] for i in rows], rows))
+        planned = np.asarray(act(observations, [tasks[i] for i in rows], rows, first + rows))
         if planned.shape[1] < chunk_shape[0]:
             raise ValueError(
                 f"the policy planned {planned.shape[1]} actions; [env] execute runs {chunk_shape[0]}"

@@ -21,6 +21,12 @@ import torch
 from ...diffusion.sampling import sde_step
 
 
+def _normal(shape, generator: torch.Generator | list[torch.Generator] | None) -> torch.Tensor:
+    if isinstance(generator, list):
+        return torch.stack([torch.randn(shape[1:], generator=g) for g in generator])
+    return torch.randn(shape, generator=generator)
+
+
 @dataclass
 class PolicyCall:
     """One policy call's inputs in the model's space."""
@@ -155,22 +161,21 @@ class CosmosPolicy:
         transformer,
         calls: list[PolicyCall],
         sigmas: list[float],
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | list[torch.Generator] | None = None,
         noise_level: float | None = None,
         keep_trajectory: bool = False,
     ) -> dict:
         """Sample the batch: Euler on the flow ODE, or with `noise_level` FlowGRPO's SDE on the action tokens (its
-        noise and the initial noise from `generator`, else the global RNG, so a resumed run draws the same).
+        noise and the initial noise from `generator`, else the global RNG, so a resumed run draws the same; on the
+        ODE `generator` may be a list, one per call, each drawing its call's initial noise).
         -> {"latents", "actions"} (clean, `[B, ...]`), and with `keep_trajectory` {"states": [(latents, actions)]
         per level, "log_probs": [B] per SDE step}."""
+        if isinstance(generator, list) and noise_level is not None:
+            raise ValueError("one generator per call is for the ODE; the SDE draws from one")
         x0 = torch.stack([c.latents for c in calls])
         a0 = torch.stack([c.rows for c in calls])
         latents, actions = self.noisy(
-            x0,
-            a0,
-            torch.ones(len(calls)),
-            torch.randn(x0.shape, generator=generator),
-            torch.randn(a0.shape, generator=generator),
+            x0, a0, torch.ones(len(calls)), _normal(x0.shape, generator), _normal(a0.shape, generator)
         )
         first, raw = self.first_action_row, self.settings.raw_action_dim
         states, log_probs = [(latents, actions)], []

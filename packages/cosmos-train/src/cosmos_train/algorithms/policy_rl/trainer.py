@@ -14,7 +14,8 @@ The story of a rollout (`PolicyRLTrainer._prepare_inputs`), told as the prompt-b
    plus the KL `step_kl`);
 4. the weight copies (NFT's old policy, the EMA, the KL reference), checkpoints and exports are the diffusion
    trainers' own (`DiffusionTrainer`); the export is a policy (`Cosmos3ActionPolicy.from_pretrained` loads it).
-`[eval]` runs held-out starts deterministically (Euler on the ODE, fixed noise), with the EMA weights when kept.
+`[eval]` runs held-out starts deterministically (Euler on the ODE, each episode's noise fixed), with the EMA weights
+when kept.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class PolicyRLTrainer(DiffusionTrainer):
         flow_grpo = self.algorithm == "flow-grpo"
         noise_level = self.section.noise_level if flow_grpo else None
 
-        def act(observations, tasks, rows):
+        def act(observations, tasks, rows, episodes):
             inputs = [self.policy_input(observations, task, i) for task, i in zip(tasks, rows, strict=True)]
             sample = self.policy.sample(
                 self.adapter.transformer,
@@ -328,11 +329,11 @@ class PolicyRLTrainer(DiffusionTrainer):
 
 
 class PolicyEvaluation(TrainerCallback):
-    """`[eval]`: one episode per held-out start, sampled deterministically (Euler on the ODE, the same noise every
-    time; the EMA weights when kept), before training, every `every` steps and at the end (and `curves.png`, train
-    and held-out success per step). Logs `eval/success`,
-    `eval/episode_length` (and `eval/progress`), and appends each point to `output_dir/eval.json` with the training
-    environment steps and seconds (evaluations left out) that led to it."""
+    """`[eval]`: one episode per held-out start, sampled deterministically (Euler on the ODE, each episode its own
+    noise, the same every time; the EMA weights when kept), before training, every `every` steps and at the end (and
+    `curves.png`, train and held-out success per step). Logs `eval/success`, `eval/episode_length` (and
+    `eval/progress`), and appends each point to `output_dir/eval.json` with the training environment steps and
+    seconds (evaluations left out) that led to it."""
 
     def __init__(self, trainer: PolicyRLTrainer, section):
         self.trainer, self.section = trainer, section
@@ -365,22 +366,31 @@ class PolicyEvaluation(TrainerCallback):
             write_curves(Path(args.output_dir) / "curves.png", state.log_history, curves, "success rate")
 
     @torch.no_grad()
-    def evaluate(self, step: int, args) -> dict:
+    def episodes(self, envs) -> list[Episode]:
+        """One deterministic episode per held-out start on `envs` (the EMA weights when kept)."""
         trainer = self.trainer
-        began = time.perf_counter()
-        generator = torch.Generator().manual_seed(self.section.seed)
+        # Each episode draws from its own generator: its noise, so its outcome, does not depend on which episodes
+        # share its wave (how many copies of the environment run side by side).
+        generators = {}
 
-        def act(observations, tasks, rows):
+        def act(observations, tasks, rows, episodes):
             inputs = [
                 trainer.policy_input(observations, task, i) for task, i in zip(tasks, rows, strict=True)
             ]
-            sample = trainer.policy.sample(
-                trainer.adapter.transformer, inputs, self.sigmas, generator=generator
-            )
+            mine = [
+                generators.setdefault(e, torch.Generator().manual_seed(self.section.seed * 1_000_003 + e))
+                for e in episodes.tolist()
+            ]
+            sample = trainer.policy.sample(trainer.adapter.transformer, inputs, self.sigmas, generator=mine)
             return trainer.policy.to_env_units(sample["actions"])
 
         with trainer.weights_for_export():
-            episodes = run_episodes(trainer.envs, self.section.seeds, act, trainer.config.env)
+            return run_episodes(envs, self.section.seeds, act, trainer.config.env)
+
+    def evaluate(self, step: int, args) -> dict:
+        trainer = self.trainer
+        began = time.perf_counter()
+        episodes = self.episodes(trainer.envs)
         point = {
             "step": step,
             "train_env_steps": trainer.env_steps_done,
