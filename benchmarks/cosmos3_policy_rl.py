@@ -3,10 +3,11 @@ a flawed expert taught, on the outcomes of its own episodes in Reach2D (`domains
 "Closed-loop RL of a Cosmos3 policy", has the runs so far.
 
 The base (`benchmarks/cosmos3_policy_rl/base`, hash-checked; `--build-base` rebuilds it) is the SFT policy of
-`cosmos-train action-sft` on 64 demonstrations of a *flawed expert* (`expert.STOP_SHORT`): it reaches for the red
-target but stops 0.1 short of its centre, outside the success radius (0.06), in every episode. The policy so
-learns where the target is and how to get there, and a systematic mistake in how far to go that a success reward
-can fix. Its transformer starts from the seed's untrained one, its autoencoder is `cosmos3_policy`'s shipped one.
+`cosmos-train action-sft` on 64 demonstrations of a *flawed expert* (`expert.SLOW_PACE`): it goes straight for the red
+target at 0.4 of the expert's speed, so it reaches the near targets and runs out of time (an episode is 23 actions)
+on the far ones. The policy so learns where the target is and how to get there, and a systematic mistake in how fast
+to go that a success reward can fix (and its own samples explore: their speeds spread as the demonstrations' do).
+Its transformer starts from the seed's untrained one, its autoencoder is `cosmos3_policy`'s shipped one.
 
 Each algorithm trains the base in full, from the same start, on training start states (reset seeds the SFT data
 never used), K episodes per start, each episode scored by success plus a dense progress term (`REWARD`); the same
@@ -47,12 +48,32 @@ ALGORITHMS = {"nft": "nft", "flow_grpo": "flow-grpo"}
 REWARD = {"success_weight": 1.0, "progress_weight": 0.5}
 RECIPE = (4, 4)  # start states per rollout, episodes per start (K): 16 episodes a rollout
 # Per algorithm, its section's values and the learning rate. Full fine-tuning at the references' 3e-4 (a LoRA's rate)
-# wrecks the policy within a few steps (held-out success 0.66 -> 0.22 in 2 steps; at 1e-4, 0.28 in 6), at 3e-5 it
-# does not; the trained noise levels / SDE steps are 3 of the 10 (a third of the references' time per step).
+# wrecks the policy within a few steps (held-out success 0.66 -> 0.22 in 2 steps; at 1e-4, 0.44 -> 0.29 in 8), at 3e-5
+# it does not; the trained noise levels / SDE steps are 3 of the 10 (a third of the references' time per step).
+# Advantages are divided by each start's own std (`global_std = false`): one std over the rollout is mostly the
+# spread between starts (near ones succeed, far ones fail), which shrinks the differences between a start's K
+# episodes, the only ones that say which samples were better, to a few hundredths. The EMA (what [eval] scores) is
+# updated every step for both, so that both curves show the current weights (FlowGRPO's reference: every 8).
 SETTINGS = {
-    "nft": {"section": {"beta": 1.0, "kl_beta": 0.0, "timestep_fraction": 0.3, "decay_type": 1}, "lr": 3e-5},
+    "nft": {
+        "section": {
+            "beta": 1.0,
+            "kl_beta": 0.0,
+            "timestep_fraction": 0.3,
+            "decay_type": 1,
+            "global_std": False,
+        },
+        "lr": 3e-5,
+    },
     "flow_grpo": {
-        "section": {"kl_beta": 0.0, "clip_range": 0.2, "timestep_fraction": 0.3, "noise_level": 0.7},
+        "section": {
+            "kl_beta": 0.0,
+            "clip_range": 0.2,
+            "timestep_fraction": 0.3,
+            "noise_level": 0.7,
+            "global_std": False,
+            "ema_every": 1,
+        },
         "lr": 3e-5,
     },
 }
@@ -100,17 +121,17 @@ seed = {seed}
 
 def build_base(folder: Path, seed: int = 0, steps: int = 3000) -> Path:
     """The flawed expert's SFT policy: `cosmos3_policy`'s recipe (its job, its shipped autoencoder) on 64
-    demonstrations that stop `STOP_SHORT` before the target."""
+    demonstrations at `SLOW_PACE` of the expert's speed."""
     import cosmos3_policy as sft
     from diffusers import Cosmos3OmniPipeline
     from domains.reach2d import write_dataset
-    from domains.reach2d.expert import STOP_SHORT
+    from domains.reach2d.expert import SLOW_PACE
 
     work = RESULTS / "partial" / "cosmos3_policy_rl_base"  # the dataset and the SFT run (not tracked)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     dataset = write_dataset(work / "reach2d", seed=seed, train_count=64, held_out_count=16, size=SIZE,
-                            colors=COLORS, stop_short=STOP_SHORT)  # fmt: skip
+                            colors=COLORS, pace=SLOW_PACE)  # fmt: skip
     split = json.loads((dataset / "split.json").read_text())
     pipe = Cosmos3OmniPipeline.from_pretrained(sft.SHIPPED, enable_safety_checker=False)
     pipe.register_modules(transformer=sft.untrained_transformer(seed))
@@ -120,7 +141,7 @@ def build_base(folder: Path, seed: int = 0, steps: int = 3000) -> Path:
                                                       work / "policy", steps, seed))  # fmt: skip
     started = time.perf_counter()
     run_job("action-sft", work / "policy" / "job.toml", "the flawed expert's policy")
-    record = {"seed": seed, "steps": steps, "stop_short": STOP_SHORT, "train_episodes": 64,
+    record = {"seed": seed, "steps": steps, "pace": SLOW_PACE, "train_episodes": 64,
               "train_seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
     return ship_base(work / "policy" / "safetensors" / f"step_{steps}", folder, record)
 
@@ -240,7 +261,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="the first training seed")
     parser.add_argument("--seeds", type=int, help="how many seeds from --seed (default 3; quick: 1)")
     parser.add_argument(
-        "--steps", type=int, help="optimizer steps per run, the fixed budget (default 30; quick: 2)"
+        "--steps", type=int, help="optimizer steps per run, the fixed budget (default 16; quick: 2)"
     )
     parser.add_argument("--algorithms", default="nft,flow_grpo", help="comma-separated: nft, flow_grpo")
     parser.add_argument(
@@ -256,7 +277,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.seeds = args.seeds or (1 if args.quick else 3)
-    args.steps = args.steps or (2 if args.quick else 20)
+    args.steps = args.steps or (2 if args.quick else 16)
     args.algorithms = [a for a in args.algorithms.split(",") if a]
     unknown = [a for a in args.algorithms if a not in ALGORITHMS]
     if unknown:

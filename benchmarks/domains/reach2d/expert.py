@@ -13,11 +13,11 @@ ARRIVED = 0.02  # the expert stops this close to the goal's centre (well inside 
 NOISE = 0.1  # standard deviation of the noise added to each action, in action units (0.005 of the square)
 # Each episode's top speed, drawn uniformly, in action units: demonstrations differ in pace.
 SPEEDS = (0.7, 1.0)
-# The flawed expert's shortfall (`expert_action(stop_short=...)`): it stops 0.08-0.12 from the target's centre,
-# outside SUCCESS_RADIUS (0.06), and never succeeds (400 episodes); a policy taught by it stops short too, and
-# succeeds only where its imprecision carries it in (0.50 held out: benchmarks/cosmos3_policy_rl.py). A systematic
-# mistake that a success reward can fix. (At 0.06 and 0.075 the policy succeeded 0.8 and 0.66 of the time.)
-STOP_SHORT = 0.1
+# The flawed expert's pace (`demonstrate(pace=...)`): its top speed times this. It still reaches every target it
+# has the time for, but an episode lasts MAX_STEPS actions and the far starts need more (closed loop it succeeds in
+# 0.875 of episodes; the policy it teaches, 0.44 held out: benchmarks/cosmos3_policy_rl.py). A systematic mistake
+# that a success reward can fix. (At 0.4 the expert succeeds in 0.47, the policy it taught in none.)
+SLOW_PACE = 0.6
 
 
 def expert_action(
@@ -26,15 +26,9 @@ def expert_action(
     rng: np.random.Generator,
     speed: float = 1.0,
     noise: float = NOISE,
-    stop_short: float = 0.0,
 ) -> np.ndarray:
     """The action towards `goal`: the one that lands on it, scaled down to `speed` when longer, plus noise;
-    zero once within ARRIVED. float32 [2] in [-1, 1]. A flawed expert aims `stop_short` before the goal (on the
-    line from the tip), and holds still there."""
-    if stop_short > 0:
-        gap = distance(tip, goal)
-        offset = np.asarray(goal, np.float64) - np.asarray(tip, np.float64)
-        goal = tip if gap <= stop_short else np.asarray(goal, np.float64) - stop_short * offset / gap
+    zero once within ARRIVED. float32 [2] in [-1, 1]."""
     if distance(tip, goal) <= ARRIVED:
         return np.zeros(2, dtype=np.float32)
     action = (np.asarray(goal, np.float64) - np.asarray(tip, np.float64)) / MAX_STEP
@@ -46,17 +40,17 @@ def expert_action(
 
 
 def demonstrate(
-    world: World, length: int, rng: np.random.Generator, stop_short: float = 0.0
+    world: World, length: int, rng: np.random.Generator, pace: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """The expert's states and actions, float32 [length, 2] each: action t moves state t to state t + 1 (the last
-    action is the one the expert would take next). `stop_short`: the flawed expert's shortfall."""
-    speed = float(rng.uniform(*SPEEDS))
+    action is the one the expert would take next). `pace` scales its top speed (the flawed expert's `SLOW_PACE`)."""
+    speed = float(rng.uniform(*SPEEDS)) * pace
     states = np.empty((length, 2), dtype=np.float32)
     actions = np.empty((length, 2), dtype=np.float32)
     tip = world.tip
     for t in range(length):
         states[t] = tip
-        actions[t] = expert_action(tip, world.goal_position, rng, speed, stop_short=stop_short)
+        actions[t] = expert_action(tip, world.goal_position, rng, speed)
         tip = step(tip, actions[t])
     return states, actions
 
@@ -65,15 +59,15 @@ class ExpertPolicy:
     """The expert as a policy that sees only what a learned one does (picture, state, task): it finds the named
     colour in the picture and plans a chunk of `chunk` actions through the world's dynamics. With
     `ignore_task=True` it chases a target of a colour drawn at random per episode: what a policy that reads the
-    picture but not the text can reach (about 1 in n targets)."""
+    picture but not the text can reach (about 1 in n targets). `pace` scales its top speed, as `demonstrate`'s."""
 
-    def __init__(self, seed: int = 0, chunk: int = 1, ignore_task: bool = False):
-        self.seed, self.chunk, self.ignore_task = seed, chunk, ignore_task
+    def __init__(self, seed: int = 0, chunk: int = 1, ignore_task: bool = False, pace: float = 1.0):
+        self.seed, self.chunk, self.ignore_task, self.pace = seed, chunk, ignore_task, pace
         self.reset(0)
 
     def reset(self, seed: int) -> None:
         self.rng = np.random.default_rng([self.seed, seed, 2])
-        self.speed = float(self.rng.uniform(*SPEEDS))
+        self.speed = float(self.rng.uniform(*SPEEDS)) * self.pace
         self.color: str | None = None
 
     def __call__(self, image: np.ndarray, state: np.ndarray, task: str) -> np.ndarray:
