@@ -248,3 +248,35 @@ def test_the_flawed_expert_runs_out_of_time_on_far_starts():
     slow = success_rate(ExpertPolicy(chunk=8, pace=SLOW_PACE), seeds, colors=("red",), execute=4)
     right = success_rate(ExpertPolicy(chunk=8), seeds, colors=("red",), execute=4)
     assert slow <= 0.9 and right == 1.0, (slow, right)
+
+
+def test_the_distracted_expert_goes_to_the_other_target_in_its_share_of_episodes():
+    """With `goal` fixed, every task names it and the layout is the one drawn without it; the distracted expert
+    (`DISTRACTED`) ends on the other target in that share of episodes (within 3 standard errors), on the named one
+    otherwise, and the right expert's demonstrations are unchanged by the option."""
+    from domains.reach2d import World, episode_seeds
+    from domains.reach2d.expert import DISTRACTED, demonstrate
+    from domains.reach2d.world import SUCCESS_RADIUS, distance
+
+    seeds = episode_seeds(5, 200)
+    ends = []
+    for seed in seeds:
+        drawn, fixed = World.sample(seed, ("red", "green")), World.sample(seed, ("red", "green"), "red")
+        assert np.array_equal(drawn.targets, fixed.targets) and fixed.task == "reach the red target", seed
+        right, _ = demonstrate(fixed, 24, np.random.default_rng([seed, 1]))
+        same, _ = demonstrate(fixed, 24, np.random.default_rng([seed, 1]), distracted=0.0)
+        assert np.array_equal(right, same), seed
+        states, _ = demonstrate(fixed, 24, np.random.default_rng([seed, 1]), distracted=DISTRACTED)
+        other = fixed.targets[1 - fixed.goal]
+        ends.append(
+            "other"
+            if distance(states[-1], other) <= SUCCESS_RADIUS
+            else "goal"
+            if fixed.reached(states[-1])
+            else "none"
+        )
+    share = ends.count("other") / len(seeds)
+    assert abs(share - DISTRACTED) <= 3 * (DISTRACTED * (1 - DISTRACTED) / len(seeds)) ** 0.5, share
+    assert ends.count("goal") + ends.count("other") >= 0.9 * len(seeds), ends.count("none")
+    with pytest.raises(ValueError, match="goal 'blue' is not one of the colors"):
+        World.sample(1, ("red", "green"), "blue")

@@ -32,11 +32,14 @@ def episode(
     length: int = LENGTH,
     colors: tuple[str, ...] = COLORS,
     pace: float = 1.0,
+    goal: str | None = None,
+    distracted: float = 0.0,
 ) -> dict[str, Any]:
     """The expert's demonstration in the world of episode `seed` (`pace`: the expert's speed factor,
-    `expert.SLOW_PACE` for the flawed one)."""
-    world = World.sample(seed, colors)
-    states, actions = demonstrate(world, length, np.random.default_rng([seed, 1]), pace)
+    `expert.SLOW_PACE` for the flawed one; `goal`: the colour every task names, else drawn; `distracted`: the share
+    of episodes the expert goes to another target, `expert.DISTRACTED` for the flawed one)."""
+    world = World.sample(seed, colors, goal)
+    states, actions = demonstrate(world, length, np.random.default_rng([seed, 1]), pace, distracted)
     frames = np.stack([render(world, tip, size) for tip in states])
     return {"task": world.task, "frames": {CAMERA: frames}, "columns": {STATE: states, ACTION: actions}}
 
@@ -80,17 +83,26 @@ def write_dataset(
     fps: int = FPS,
     colors: tuple[str, ...] = COLORS,
     pace: float = 1.0,
+    goal: str | None = None,
+    distracted: float = 0.0,
     **writer_kw: Any,
 ) -> Path:
     """One LeRobot dataset at `root` (train episodes first, then held-out ones) and `root/split.json`:
     {"train": [episode indexes], "held_out": [...], "seeds": {"train": [...], "held_out": [...]}, ...} with the
-    episode seeds that `Reach2DEnv.reset(seed=...)` replays (`pace`: the expert's speed factor, `expert.SLOW_PACE` for the flawed one). One folder rather than two: one job trains on the
-    `train` indexes and evaluates on `held_out` without a second dataset's metadata. `writer_kw` goes to
-    `cosmos_train.data.lerobot.write_lerobot_dataset`."""
+    episode seeds that `Reach2DEnv.reset(seed=...)` replays (`pace`, `goal`, `distracted`: as `episode` takes them).
+    One folder rather than two: one job trains on the `train` indexes and evaluates on `held_out` without a second
+    dataset's metadata. `writer_kw` goes to `cosmos_train.data.lerobot.write_lerobot_dataset`."""
     from cosmos_train.data.lerobot import write_lerobot_dataset
 
     train, held_out = split_seeds(seed, train_count, held_out_count)
-    kw = {"size": size, "length": length, "colors": tuple(colors), "pace": pace}
+    kw = {
+        "size": size,
+        "length": length,
+        "colors": tuple(colors),
+        "pace": pace,
+        "goal": goal,
+        "distracted": distracted,
+    }
     write_lerobot_dataset(root, [episode(s, **kw) for s in train + held_out], fps, **writer_kw)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

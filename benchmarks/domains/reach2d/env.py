@@ -26,7 +26,8 @@ Policy = Callable[[np.ndarray, np.ndarray, str], np.ndarray]
 class Reach2DEnv(gym.Env):
     """Reach the named target. Observation {"image", "state"}, action float32 [2] in [-1, 1] (a velocity:
     `world.MAX_STEP` of the square per frame at 1), reward 1 on success, which terminates; truncated after
-    `max_steps` steps. The task text is in `info["task"]` and `env.task`."""
+    `max_steps` steps. The task text is in `info["task"]` and `env.task`; `goal` fixes which colour it names (else
+    drawn per episode)."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": FPS}
 
@@ -36,8 +37,10 @@ class Reach2DEnv(gym.Env):
         colors: tuple[str, ...] = COLORS,
         max_steps: int = MAX_STEPS,
         render_mode: str | None = None,
+        goal: str | None = None,
     ):
         self.size, self.colors, self.max_steps, self.render_mode = size, tuple(colors), max_steps, render_mode
+        self.goal = goal
         self.observation_space = spaces.Dict(
             {
                 "image": spaces.Box(0, 255, (size, size, 3), dtype=np.uint8),
@@ -51,7 +54,7 @@ class Reach2DEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         episode_seed = seed if seed is not None else int(self.np_random.integers(2**32))
-        self.world = World.sample(episode_seed, self.colors)
+        self.world = World.sample(episode_seed, self.colors, self.goal)
         self.tip, self.steps, self.task = self.world.tip.copy(), 0, self.world.task
         return self._observation(), self._info()
 

@@ -18,6 +18,10 @@ SPEEDS = (0.7, 1.0)
 # 0.875 of episodes; the policy it teaches, 0.44 held out: benchmarks/cosmos3_policy_rl.py). A systematic mistake
 # that a success reward can fix. (At 0.4 the expert succeeds in 0.47, the policy it taught in none.)
 SLOW_PACE = 0.6
+# The distracted expert's share of episodes that go to another target than the task's (`demonstrate(distracted=)`):
+# with one other target shown, the policy it teaches picks the wrong one about as often, and a success reward can
+# tell it which.
+DISTRACTED = 0.4
 
 
 def expert_action(
@@ -40,17 +44,24 @@ def expert_action(
 
 
 def demonstrate(
-    world: World, length: int, rng: np.random.Generator, pace: float = 1.0
+    world: World, length: int, rng: np.random.Generator, pace: float = 1.0, distracted: float = 0.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """The expert's states and actions, float32 [length, 2] each: action t moves state t to state t + 1 (the last
-    action is the one the expert would take next). `pace` scales its top speed (the flawed expert's `SLOW_PACE`)."""
+    action is the one the expert would take next). `pace` scales its top speed (the flawed expert's `SLOW_PACE`);
+    with probability `distracted` it goes to another target than the one the task names (a distracted expert's
+    `DISTRACTED`)."""
     speed = float(rng.uniform(*SPEEDS)) * pace
+    goal = world.goal_position
+    # Drawn only when distracted: the right expert's random streams stay as they were.
+    if distracted > 0 and rng.random() < distracted:
+        others = [i for i in range(len(world.targets)) if i != world.goal]
+        goal = world.targets[others[int(rng.integers(len(others)))]]
     states = np.empty((length, 2), dtype=np.float32)
     actions = np.empty((length, 2), dtype=np.float32)
     tip = world.tip
     for t in range(length):
         states[t] = tip
-        actions[t] = expert_action(tip, world.goal_position, rng, speed)
+        actions[t] = expert_action(tip, goal, rng, speed)
         tip = step(tip, actions[t])
     return states, actions
 

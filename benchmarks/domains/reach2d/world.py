@@ -70,9 +70,11 @@ class World:
         return self.targets[self.goal]
 
     @classmethod
-    def sample(cls, seed: int, colors: tuple[str, ...] = COLORS) -> World:
+    def sample(cls, seed: int, colors: tuple[str, ...] = COLORS, goal: str | None = None) -> World:
         """The world of episode `seed` (rejection-sampled, deterministic): targets apart, the tip neither on nor far
-        from any."""
+        from any. The goal is drawn among `colors`, or is `goal` (the same layout either way)."""
+        if goal is not None and goal not in colors:
+            raise ValueError(f"goal {goal!r} is not one of the colors {colors}")
         unknown = [c for c in colors if c not in PALETTE]
         if unknown or not 1 <= len(colors) <= len(PALETTE) or len(set(colors)) != len(colors):
             raise ValueError(f"colors must be distinct names of {', '.join(PALETTE)}; got {colors}")
@@ -85,11 +87,12 @@ class World:
             apart = (gaps >= MIN_TARGET_GAP).all()
             if apart and (starts >= MIN_START_DISTANCE).all() and (starts <= MAX_START_DISTANCE).all():
                 break
+        drawn = int(rng.integers(len(colors)))
         return cls(
             tip=tip.astype(np.float32),
             targets=targets.astype(np.float32),
             colors=tuple(colors),
-            goal=int(rng.integers(len(colors))),
+            goal=drawn if goal is None else tuple(colors).index(goal),
         )
 
     def reached(self, tip: np.ndarray) -> bool:
