@@ -1,13 +1,15 @@
 """Closed-loop RL of a Cosmos3 policy (`cosmos-train policy-rl`): can DiffusionNFT and FlowGRPO improve a policy that
-a flawed expert taught, on the outcomes of its own episodes in Reach2D (`domains/reach2d`)? Not shown yet: README,
-"Closed-loop RL of a Cosmos3 policy", has the runs so far.
+a flawed expert taught, on the outcomes of its own episodes in Reach2D (`domains/reach2d`)? Not shown yet:
+README, "Closed-loop RL of a Cosmos3 policy", has the runs so far.
 
 The base (`benchmarks/cosmos3_policy_rl/base`, hash-checked; `--build-base` rebuilds it) is the SFT policy of
 `cosmos-train action-sft` on 64 demonstrations of a *flawed expert* (`expert.SLOW_PACE`): it goes straight for the red
-target at 0.4 of the expert's speed, so it reaches the near targets and runs out of time (an episode is 23 actions)
+target at 0.6 of the expert's speed, so it reaches the near targets and runs out of time (an episode is 23 actions)
 on the far ones. The policy so learns where the target is and how to get there, and a systematic mistake in how fast
-to go that a success reward can fix (and its own samples explore: their speeds spread as the demonstrations' do).
-Its transformer starts from the seed's untrained one, its autoencoder is `cosmos3_policy`'s shipped one.
+to go that a success reward can fix. Its transformer starts from the seed's untrained one, its autoencoder is
+`cosmos3_policy`'s shipped one. `--flaw distracted` uses (and `--build-base` builds, into results/partial/) the base
+of a *distracted* expert instead: red and green targets, every task "reach the red target", and the expert goes
+to green in `expert.DISTRACTED` (0.4) of its demonstrations.
 
 Each algorithm trains the base in full, from the same start, on training start states (reset seeds the SFT data
 never used), K episodes per start, each episode scored by success plus a dense progress term (`REWARD`); the same
@@ -15,8 +17,8 @@ budget of optimizer steps (so of rollouts), with held-out starts evaluated along
 deterministic episode each). Reported: held-out success at the budget (mean and spread over seeds), and the
 environment steps and seconds to reach the target (base + 0.2).
 
-    python benchmarks/cosmos3_policy_rl.py [--quick] [--seed N] [--seeds 3] [--steps N] [--out FILE]
-    python benchmarks/cosmos3_policy_rl.py --build-base          # the flawed expert's SFT policy (~10 min)
+    python benchmarks/cosmos3_policy_rl.py [--quick] [--seed N] [--seeds 3] [--steps N] [--flaw F] [--out FILE]
+    python benchmarks/cosmos3_policy_rl.py [--flaw F] --build-base     # the flawed expert's SFT policy (~11 min)
     python benchmarks/cosmos3_policy_rl.py --combine A.json B.json [--out FILE]
 
 Writes JSON (`sft`: the base's held-out `success`; `nft`, `flow_grpo`: `success` at the budget, its `_spread` and
@@ -37,7 +39,14 @@ from pathlib import Path
 from _common import RESULTS, default_out, first_reaching, plot_curves, run_job, write_payload
 
 SHIPPED = Path(__file__).resolve().parent / "cosmos3_policy_rl" / "base"
-SIZE, COLORS, CHUNK = 128, ("red",), 8
+SIZE, CHUNK = 128, 8
+# The flawed experts a base can learn from (`--flaw`): the environment's targets and goal, and the demonstrations'
+# flaw (`domains.reach2d.dataset.episode`'s arguments). `slow` is the shipped base's; a `distracted` base is built
+# by `--flaw distracted --build-base` into results/partial/ (not shipped).
+FLAWS = {
+    "slow": {"env": {"colors": ["red"]}, "data": {"pace": "SLOW_PACE"}},
+    "distracted": {"env": {"colors": ["red", "green"], "goal": "red"}, "data": {"distracted": "DISTRACTED"}},
+}
 EXECUTE = CHUNK // 2  # actions run per policy call before it plans again (as cosmos3_policy evaluates)
 TRAIN_STARTS = (10_000_000, 10_000_512)  # reset seeds of the training starts: not among the SFT data's
 HELD_OUT = (20_000_000, 20_000_048)  # the held-out starts
@@ -80,15 +89,16 @@ SETTINGS = {
 
 
 def job(algorithm: str, base: Path, out: Path, steps: int, seed: int, starts: int, samples: int, every: int,
-        held_out: tuple[int, int]) -> str:  # fmt: skip
+        held_out: tuple[int, int], flaw: str = "slow") -> str:  # fmt: skip
     settings = SETTINGS[algorithm]
+    env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {"size": SIZE, **FLAWS[flaw]["env"]}.items())
     section = "\n".join(f"{k} = {json.dumps(v)}" for k, v in settings["section"].items())
     return f"""kind = "policy-rl"
 [model]
 name_or_path = "{base}"
 [env]
 factory = "domains.reach2d.env:Reach2DEnv"
-kwargs = {{ size = {SIZE}, colors = {json.dumps(list(COLORS))} }}
+kwargs = {{ {env} }}
 execute = {EXECUTE}
 progress_key = "distance"
 [rollout]
@@ -119,19 +129,25 @@ seed = {seed}
 """
 
 
-def build_base(folder: Path, seed: int = 0, steps: int = 3000) -> Path:
+def base_folder(flaw: str) -> Path:
+    return SHIPPED if flaw == "slow" else RESULTS / "partial" / f"cosmos3_policy_rl_base_{flaw}"
+
+
+def build_base(folder: Path, flaw: str = "slow", seed: int = 0, steps: int = 3000) -> Path:
     """The flawed expert's SFT policy: `cosmos3_policy`'s recipe (its job, its shipped autoencoder) on 64
-    demonstrations at `SLOW_PACE` of the expert's speed."""
+    demonstrations of the `flaw` expert (FLAWS)."""
     import cosmos3_policy as sft
     from diffusers import Cosmos3OmniPipeline
-    from domains.reach2d import write_dataset
-    from domains.reach2d.expert import SLOW_PACE
+    from domains.reach2d import expert, write_dataset
 
-    work = RESULTS / "partial" / "cosmos3_policy_rl_base"  # the dataset and the SFT run (not tracked)
+    data = {key: getattr(expert, constant) for key, constant in FLAWS[flaw]["data"].items()}
+    work = (
+        RESULTS / "partial" / f"cosmos3_policy_rl_build_{flaw}"
+    )  # the dataset and the SFT run (not tracked)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     dataset = write_dataset(work / "reach2d", seed=seed, train_count=64, held_out_count=16, size=SIZE,
-                            colors=COLORS, pace=SLOW_PACE)  # fmt: skip
+                            **FLAWS[flaw]["env"], **data)  # fmt: skip
     split = json.loads((dataset / "split.json").read_text())
     pipe = Cosmos3OmniPipeline.from_pretrained(sft.SHIPPED, enable_safety_checker=False)
     pipe.register_modules(transformer=sft.untrained_transformer(seed))
@@ -141,7 +157,7 @@ def build_base(folder: Path, seed: int = 0, steps: int = 3000) -> Path:
                                                       work / "policy", steps, seed))  # fmt: skip
     started = time.perf_counter()
     run_job("action-sft", work / "policy" / "job.toml", "the flawed expert's policy")
-    record = {"seed": seed, "steps": steps, "pace": SLOW_PACE, "train_episodes": 64,
+    record = {"seed": seed, "steps": steps, "flaw": flaw, **data, "train_episodes": 64,
               "train_seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
     return ship_base(work / "policy" / "safetensors" / f"step_{steps}", folder, record)
 
@@ -172,7 +188,7 @@ def run(algorithm: str, seed: int, args) -> dict:
     (folder / "job.toml").write_text(
         job(
             algorithm,
-            SHIPPED,
+            base_folder(args.flaw),
             folder,  # the job's output beside it, where run_job reads its checkpoint
             args.steps,
             seed,
@@ -180,6 +196,7 @@ def run(algorithm: str, seed: int, args) -> dict:
             args.samples,
             args.every,
             args.held_out,
+            args.flaw,
         )
     )
     started = time.perf_counter()
@@ -222,13 +239,12 @@ def summary(runs: list[dict], steps: int) -> dict:
 def main() -> None:
     args = options()
     if args.build_base:
-        build_base(SHIPPED)
-        print(f"built {SHIPPED}")
+        print(f"built {build_base(base_folder(args.flaw), args.flaw)}")
         return
     if args.combine:
         runs = [run for path in args.combine for run in json.loads(path.read_text())["runs"]]
     else:
-        check_base(SHIPPED)
+        check_base(base_folder(args.flaw))
         runs = [run(algorithm, seed, args) for seed in range(args.seed, args.seed + args.seeds)
                 for algorithm in args.algorithms]  # fmt: skip
     payload = summary(runs, args.steps)
@@ -265,8 +281,12 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--algorithms", default="nft,flow_grpo", help="comma-separated: nft, flow_grpo")
     parser.add_argument(
-        "--build-base", action="store_true", help="rebuild the shipped base (the flawed expert's SFT policy)"
+        "--build-base", action="store_true", help="rebuild the --flaw's base (the flawed expert's SFT policy)"
     )
+    parser.add_argument(
+        "--flaw", choices=sorted(FLAWS), default="slow",
+        help="the flawed expert: slow (the shipped base) or distracted (built by --build-base, not shipped)",
+    )  # fmt: skip
     parser.add_argument(
         "--combine", type=Path, nargs="+", metavar="JSON", help="no training: one report from runs apart"
     )
@@ -286,7 +306,8 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     args.every = 1 if args.quick else 4
     args.held_out = (HELD_OUT[0], HELD_OUT[0] + 8) if args.quick else HELD_OUT
     published = bool(args.combine) or (not args.quick and args.seeds >= 3 and len(args.algorithms) == 2)
-    args.out = (args.out or default_out("cosmos3_policy_rl", published=published)).resolve()
+    name = "cosmos3_policy_rl" + ("" if args.flaw == "slow" else f"_{args.flaw}")
+    args.out = (args.out or default_out(name, published=published)).resolve()
     return args
 
 
