@@ -156,6 +156,20 @@ def test_flow_grpo_recomputes_its_rollout_log_probs(tmp_path):
     assert max(trainer._metrics["ratio_max"]) < 1 + 1e-6
 
 
+def test_a_rollout_logs_how_much_a_starts_episodes_differ(tmp_path):
+    """`mixed_starts` is the share of starts whose K episodes disagree in success, `start_score_std` the mean over
+    starts of their scores' std: what the advantages can tell apart."""
+    from cosmos_train.algorithms.policy_rl.environments import Episode
+
+    trainer, envs = trainer_for(write_job(tmp_path))  # K = 2, [reward] success 1 + progress 0.5
+    envs.close()
+    episodes = [Episode(1, True, 5, 1.0, 1.0), Episode(1, False, 8, 0.0, 0.6),  # differ: 1.5 against 0.3
+                Episode(2, True, 5, 1.0, 1.0), Episode(2, True, 6, 1.0, 1.0)]  # fmt: skip
+    trainer.advantages(episodes)
+    assert trainer._metrics["mixed_starts"] == [0.5]
+    assert trainer._metrics["start_score_std"] == [pytest.approx((0.6 + 0.0) / 2)]
+
+
 def test_held_out_episodes_do_not_depend_on_the_copies_beside_them(tmp_path):
     """`[eval]` draws each episode's noise from its own generator: 5 held-out starts on 4 copies of the environment
     (two waves) and on 2 (three) are the same episodes."""

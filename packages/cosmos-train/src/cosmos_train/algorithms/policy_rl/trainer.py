@@ -170,8 +170,14 @@ class PolicyRLTrainer(DiffusionTrainer):
         return scores
 
     def advantages(self, episodes: list[Episode]) -> torch.Tensor:
-        """Per episode: its score normalised within its start's K episodes (`group_advantages`)."""
+        """Per episode: its score normalised within its start's K episodes (`group_advantages`). Logs how much a
+        start's K episodes differ, which bounds what the advantages can tell: `mixed_starts` (the share of starts
+        whose episodes disagree in success) and `start_score_std` (a start's scores' std, averaged over starts)."""
         scores = self.score(episodes)
+        by_start = scores.view(-1, self.group_size)
+        successes = torch.tensor([e.success for e in episodes]).view(-1, self.group_size)
+        self._metrics["mixed_starts"].append((successes.any(1) & ~successes.all(1)).double().mean().item())
+        self._metrics["start_score_std"].append(by_start.std(1, correction=0).mean().item())
         return group_advantages_across(
             self.accelerator, scores, self.group_size, self.section.global_std
         ).float()
