@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from _common import RESULTS, default_out, first_reaching, plot_curves, run_job, write_payload
+from domains.reach2d.expert import DISTRACTED, SLOW_PACE
 
 SHIPPED = Path(__file__).resolve().parent / "cosmos3_policy_rl" / "base"
 SIZE, CHUNK = 128, 8
@@ -44,8 +45,8 @@ SIZE, CHUNK = 128, 8
 # flaw (`domains.reach2d.dataset.episode`'s arguments). `slow` is the shipped base's; a `distracted` base is built
 # by `--flaw distracted --build-base` into results/partial/ (not shipped).
 FLAWS = {
-    "slow": {"env": {"colors": ["red"]}, "data": {"pace": "SLOW_PACE"}},
-    "distracted": {"env": {"colors": ["red", "green"], "goal": "red"}, "data": {"distracted": "DISTRACTED"}},
+    "slow": {"env": {"colors": ["red"]}, "data": {"pace": SLOW_PACE}},
+    "distracted": {"env": {"colors": ["red", "green"], "goal": "red"}, "data": {"distracted": DISTRACTED}},
 }
 EXECUTE = CHUNK // 2  # actions run per policy call before it plans again (as cosmos3_policy evaluates)
 TRAIN_STARTS = (10_000_000, 10_000_512)  # reset seeds of the training starts: not among the SFT data's
@@ -138,12 +139,11 @@ def build_base(folder: Path, flaw: str = "slow", seed: int = 0, steps: int = 300
     demonstrations of the `flaw` expert (FLAWS)."""
     import cosmos3_policy as sft
     from diffusers import Cosmos3OmniPipeline
-    from domains.reach2d import expert, write_dataset
+    from domains.reach2d import write_dataset
 
-    data = {key: getattr(expert, constant) for key, constant in FLAWS[flaw]["data"].items()}
-    work = (
-        RESULTS / "partial" / f"cosmos3_policy_rl_build_{flaw}"
-    )  # the dataset and the SFT run (not tracked)
+    data = FLAWS[flaw]["data"]
+    # The dataset and the SFT run (not tracked).
+    work = RESULTS / "partial" / f"cosmos3_policy_rl_build_{flaw}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     dataset = write_dataset(work / "reach2d", seed=seed, train_count=64, held_out_count=16, size=SIZE,

@@ -16,3 +16,14 @@ def load_benchmark(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def with_a_flipped_byte(folder: Path, file: str, copy: Path) -> Path:
+    """`folder` copied to `copy`, with the last byte of its `file` flipped: a base that is not the measured one."""
+    import shutil
+
+    shutil.copytree(folder, copy)
+    data = bytearray((copy / file).read_bytes())
+    data[-1] ^= 1
+    (copy / file).write_bytes(bytes(data))
+    return copy

@@ -10,12 +10,11 @@ there (-0.027 to +0.026 after 30 rollouts; docs/geneval-mini.md, "Results")."""
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 from pathlib import Path
 
 import pytest
-from benchmark_helpers import load_benchmark
+from benchmark_helpers import load_benchmark, with_a_flipped_byte
 from domains.geneval_mini import TASKS
 from domains.geneval_mini.base import check_base, load_vocabulary
 
@@ -41,11 +40,7 @@ COUNTING_SPREAD = 0.022  # after 40 rollouts: 0.280, 0.259, 0.236 (gains +0.125,
 
 def test_the_shipped_base_is_the_one_the_figures_were_measured_on(tmp_path):
     check_base(SHIPPED)
-    copy = shutil.copytree(SHIPPED, tmp_path / "base")
-    weights = copy / "transformer" / "diffusion_pytorch_model.safetensors"
-    data = bytearray(weights.read_bytes())
-    data[-1] ^= 1
-    weights.write_bytes(bytes(data))
+    copy = with_a_flipped_byte(SHIPPED, "transformer/diffusion_pytorch_model.safetensors", tmp_path / "base")
     with pytest.raises(ValueError, match=r"diffusion_pytorch_model\.safetensors: SHA-256 differs"):
         check_base(copy)
 

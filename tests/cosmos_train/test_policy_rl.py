@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from benchmark_helpers import load_benchmark
+from benchmark_helpers import load_benchmark, with_a_flipped_byte
 from safetensors.torch import load_file
 from sft_helpers import cli, cli_in_process
 
@@ -76,11 +75,7 @@ def test_the_shipped_base_is_the_one_the_figures_were_measured_on(tmp_path):
     """The benchmark refuses a base whose weights are not the ones its record's SHA-256 sums name."""
     benchmark = load_benchmark("cosmos3_policy_rl")
     assert benchmark.check_base(BASE)["pace"] == 0.6
-    copy = shutil.copytree(BASE, tmp_path / "base")
-    weights = copy / "transformer" / "diffusion_pytorch_model.safetensors"
-    data = bytearray(weights.read_bytes())
-    data[-1] ^= 1
-    weights.write_bytes(bytes(data))
+    copy = with_a_flipped_byte(BASE, "transformer/diffusion_pytorch_model.safetensors", tmp_path / "base")
     with pytest.raises(SystemExit, match=r"diffusion_pytorch_model\.safetensors is not the base"):
         benchmark.check_base(copy)
 

@@ -383,10 +383,10 @@ class PolicyEvaluation(TrainerCallback):
             inputs = [
                 trainer.policy_input(observations, task, i) for task, i in zip(tasks, rows, strict=True)
             ]
-            mine = [
-                generators.setdefault(e, torch.Generator().manual_seed(self.section.seed * 1_000_003 + e))
-                for e in episodes.tolist()
-            ]
+            for e in episodes.tolist():
+                if e not in generators:  # an episode's first call
+                    generators[e] = torch.Generator().manual_seed(self.section.seed * 1_000_003 + e)
+            mine = [generators[e] for e in episodes.tolist()]
             sample = trainer.policy.sample(trainer.adapter.transformer, inputs, self.sigmas, generator=mine)
             return trainer.policy.to_env_units(sample["actions"])
 
