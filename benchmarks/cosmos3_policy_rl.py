@@ -1,15 +1,16 @@
 """Closed-loop RL of a Cosmos3 policy (`cosmos-train policy-rl`): can DiffusionNFT and FlowGRPO improve a policy that
-a flawed expert taught, on the outcomes of its own episodes in Reach2D (`domains/reach2d`)? Not shown yet:
-README, "Closed-loop RL of a Cosmos3 policy", has the runs so far.
+a flawed expert taught, on the outcomes of its own episodes in Reach2D (`domains/reach2d`)? README, "Closed-loop RL
+of a Cosmos3 policy", has the table.
 
 The base (`benchmarks/cosmos3_policy_rl/base`, hash-checked; `--build-base` rebuilds it) is the SFT policy of
-`cosmos-train action-sft` on 64 demonstrations of a *flawed expert* (`expert.SLOW_PACE`): it goes straight for the red
-target at 0.6 of the expert's speed, so it reaches the near targets and runs out of time (an episode is 23 actions)
-on the far ones. The policy so learns where the target is and how to get there, and a systematic mistake in how fast
-to go that a success reward can fix. Its transformer starts from the seed's untrained one, its autoencoder is
-`cosmos3_policy`'s shipped one. `--flaw distracted` uses (and `--build-base` builds, into results/partial/) the base
-of a *distracted* expert instead: red and green targets, every task "reach the red target", and the expert goes
-to green in `expert.DISTRACTED` (0.4) of its demonstrations.
+`cosmos-train action-sft` on 256 demonstrations of a *distracted expert*: red and green targets, every task "reach
+the red target", and in `expert.DISTRACTED` (0.4) of its demonstrations, drawn per episode, the expert goes to the
+green one. The choice is a coin flip the layout cannot predict, so the policy learns both targets as modes of its
+action distribution, and a start's K episodes disagree: a systematic mistake that a success reward can tell apart.
+(On 64 demonstrations the policy made the choice a function of the layout instead, and its episodes of one start
+all went the same way: README.) Its transformer starts from the seed's untrained one, its autoencoder is
+`cosmos3_policy`'s shipped one. `--flaw slow` uses (and `--build-base` builds, into results/partial/) the base of a
+*slow* expert instead (`expert.SLOW_PACE`: straight at the red target at 0.6 of the expert's speed).
 
 Each algorithm trains the base in full, from the same start, on training start states (reset seeds the SFT data
 never used), K episodes per start, each episode scored by success plus a dense progress term (`REWARD`); the same
@@ -18,7 +19,7 @@ deterministic episode each). Reported: held-out success at the budget (mean and 
 environment steps and seconds to reach the target (base + 0.2).
 
     python benchmarks/cosmos3_policy_rl.py [--quick] [--seed N] [--seeds 3] [--steps N] [--flaw F] [--out FILE]
-    python benchmarks/cosmos3_policy_rl.py [--flaw F] --build-base     # the flawed expert's SFT policy (~11 min)
+    python benchmarks/cosmos3_policy_rl.py [--flaw F] --build-base     # the flawed expert's SFT policy (~20 min)
     python benchmarks/cosmos3_policy_rl.py --combine A.json B.json [--out FILE]
 
 Writes JSON (`sft`: the base's held-out `success`; `nft`, `flow_grpo`: `success` at the budget, its `_spread` and
@@ -41,29 +42,34 @@ from domains.reach2d.expert import DISTRACTED, SLOW_PACE
 
 SHIPPED = Path(__file__).resolve().parent / "cosmos3_policy_rl" / "base"
 SIZE, CHUNK = 128, 8
-# The flawed experts a base can learn from (`--flaw`): the environment's targets and goal, and the demonstrations'
-# flaw (`domains.reach2d.dataset.episode`'s arguments). `slow` is the shipped base's; a `distracted` base is built
-# by `--flaw distracted --build-base` into results/partial/ (not shipped).
+# The flawed experts a base can learn from (`--flaw`): the environment's targets and goal, the demonstrations' flaw
+# (`domains.reach2d.dataset.episode`'s arguments) and their number. `distracted` is the shipped base's; a `slow`
+# base is built by `--flaw slow --build-base` into results/partial/ (not shipped).
 FLAWS = {
-    "slow": {"env": {"colors": ["red"]}, "data": {"pace": SLOW_PACE}},
-    "distracted": {"env": {"colors": ["red", "green"], "goal": "red"}, "data": {"distracted": DISTRACTED}},
+    "distracted": {
+        "env": {"colors": ["red", "green"], "goal": "red"},
+        "data": {"distracted": DISTRACTED},
+        "demonstrations": 256,
+    },
+    "slow": {"env": {"colors": ["red"]}, "data": {"pace": SLOW_PACE}, "demonstrations": 64},
 }
+SHIPPED_FLAW = "distracted"
 EXECUTE = CHUNK // 2  # actions run per policy call before it plans again (as cosmos3_policy evaluates)
 TRAIN_STARTS = (10_000_000, 10_000_512)  # reset seeds of the training starts: not among the SFT data's
 HELD_OUT = (20_000_000, 20_000_048)  # the held-out starts
 GAIN = 0.2  # the target: the base's held-out success + this
 ALGORITHMS = {"nft": "nft", "flow_grpo": "flow-grpo"}
-# The episode's score: success, plus a dense term (how much of the way to the goal it closed), so that K episodes of
-# one start that all fail (or all succeed) still rank: the flaw is a distance, and progress measures it.
+# The episode's score: success, plus a dense term (how much of the way to the named target it closed), so that K
+# episodes of one start that all fail (or all succeed) still rank.
 REWARD = {"success_weight": 1.0, "progress_weight": 0.5}
 RECIPE = (4, 4)  # start states per rollout, episodes per start (K): 16 episodes a rollout
 # Per algorithm, its section's values and the learning rate. Full fine-tuning at the references' 3e-4 (a LoRA's rate)
-# wrecks the policy within a few steps (held-out success 0.66 -> 0.22 in 2 steps; at 1e-4, 0.44 -> 0.29 in 8), at 3e-5
-# it does not; the trained noise levels / SDE steps are 3 of the 10 (a third of the references' time per step).
-# Advantages are divided by each start's own std (`global_std = false`): one std over the rollout is mostly the
-# spread between starts (near ones succeed, far ones fail), which shrinks the differences between a start's K
-# episodes, the only ones that say which samples were better, to a few hundredths. The EMA (what [eval] scores) is
-# updated every step for both, so that both curves show the current weights (FlowGRPO's reference: every 8).
+# wrecks the policy within a few steps (FlowGRPO: held-out success 0.44 -> 0.31 in 4), 1e-4 does not; the trained
+# noise levels / SDE steps are 3 of the 10 (a third of the references' time per step). Advantages are divided by
+# each start's own std (`global_std = false`): one std over the rollout is mostly the spread between starts (near
+# ones succeed, far ones fail), which shrinks the differences between a start's K episodes, the only ones that say
+# which samples were better. The EMA (what [eval] scores) is updated every step for both, so that both curves show
+# the current weights (FlowGRPO's reference: every 8).
 SETTINGS = {
     "nft": {
         "section": {
@@ -73,7 +79,7 @@ SETTINGS = {
             "decay_type": 1,
             "global_std": False,
         },
-        "lr": 3e-5,
+        "lr": 1e-4,
     },
     "flow_grpo": {
         "section": {
@@ -84,13 +90,13 @@ SETTINGS = {
             "global_std": False,
             "ema_every": 1,
         },
-        "lr": 3e-5,
+        "lr": 1e-4,
     },
 }
 
 
 def job(algorithm: str, base: Path, out: Path, steps: int, seed: int, starts: int, samples: int, every: int,
-        held_out: tuple[int, int], flaw: str = "slow") -> str:  # fmt: skip
+        held_out: tuple[int, int], flaw: str = SHIPPED_FLAW) -> str:  # fmt: skip
     settings = SETTINGS[algorithm]
     env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {"size": SIZE, **FLAWS[flaw]["env"]}.items())
     section = "\n".join(f"{k} = {json.dumps(v)}" for k, v in settings["section"].items())
@@ -131,22 +137,22 @@ seed = {seed}
 
 
 def base_folder(flaw: str) -> Path:
-    return SHIPPED if flaw == "slow" else RESULTS / "partial" / f"cosmos3_policy_rl_base_{flaw}"
+    return SHIPPED if flaw == SHIPPED_FLAW else RESULTS / "partial" / f"cosmos3_policy_rl_base_{flaw}"
 
 
-def build_base(folder: Path, flaw: str = "slow", seed: int = 0, steps: int = 3000) -> Path:
-    """The flawed expert's SFT policy: `cosmos3_policy`'s recipe (its job, its shipped autoencoder) on 64
-    demonstrations of the `flaw` expert (FLAWS)."""
+def build_base(folder: Path, flaw: str = SHIPPED_FLAW, seed: int = 0, steps: int = 3000) -> Path:
+    """The flawed expert's SFT policy: `cosmos3_policy`'s recipe (its job, its shipped autoencoder) on the `flaw`
+    expert's demonstrations (FLAWS)."""
     import cosmos3_policy as sft
     from diffusers import Cosmos3OmniPipeline
     from domains.reach2d import write_dataset
 
-    data = FLAWS[flaw]["data"]
+    data, demonstrations = FLAWS[flaw]["data"], FLAWS[flaw]["demonstrations"]
     # The dataset and the SFT run (not tracked).
     work = RESULTS / "partial" / f"cosmos3_policy_rl_build_{flaw}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    dataset = write_dataset(work / "reach2d", seed=seed, train_count=64, held_out_count=16, size=SIZE,
+    dataset = write_dataset(work / "reach2d", seed=seed, train_count=demonstrations, held_out_count=16, size=SIZE,
                             **FLAWS[flaw]["env"], **data)  # fmt: skip
     split = json.loads((dataset / "split.json").read_text())
     pipe = Cosmos3OmniPipeline.from_pretrained(sft.SHIPPED, enable_safety_checker=False)
@@ -157,7 +163,7 @@ def build_base(folder: Path, flaw: str = "slow", seed: int = 0, steps: int = 300
                                                       work / "policy", steps, seed))  # fmt: skip
     started = time.perf_counter()
     run_job("action-sft", work / "policy" / "job.toml", "the flawed expert's policy")
-    record = {"seed": seed, "steps": steps, "flaw": flaw, **data, "train_episodes": 64,
+    record = {"seed": seed, "steps": steps, "flaw": flaw, **data, "train_episodes": demonstrations,
               "train_seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
     return ship_base(work / "policy" / "safetensors" / f"step_{steps}", folder, record)
 
@@ -277,15 +283,15 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="the first training seed")
     parser.add_argument("--seeds", type=int, help="how many seeds from --seed (default 3; quick: 1)")
     parser.add_argument(
-        "--steps", type=int, help="optimizer steps per run, the fixed budget (default 16; quick: 2)"
+        "--steps", type=int, help="optimizer steps per run, the fixed budget (default 24; quick: 2)"
     )
     parser.add_argument("--algorithms", default="nft,flow_grpo", help="comma-separated: nft, flow_grpo")
     parser.add_argument(
         "--build-base", action="store_true", help="rebuild the --flaw's base (the flawed expert's SFT policy)"
     )
     parser.add_argument(
-        "--flaw", choices=sorted(FLAWS), default="slow",
-        help="the flawed expert: slow (the shipped base) or distracted (built by --build-base, not shipped)",
+        "--flaw", choices=sorted(FLAWS), default=SHIPPED_FLAW,
+        help=f"the flawed expert: {SHIPPED_FLAW} (the shipped base) or another (built by --build-base, not shipped)",
     )  # fmt: skip
     parser.add_argument(
         "--combine", type=Path, nargs="+", metavar="JSON", help="no training: one report from runs apart"
@@ -297,7 +303,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.seeds = args.seeds or (1 if args.quick else 3)
-    args.steps = args.steps or (2 if args.quick else 16)
+    args.steps = args.steps or (2 if args.quick else 24)
     args.algorithms = [a for a in args.algorithms.split(",") if a]
     unknown = [a for a in args.algorithms if a not in ALGORITHMS]
     if unknown:
@@ -306,7 +312,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     args.every = 1 if args.quick else 4
     args.held_out = (HELD_OUT[0], HELD_OUT[0] + 8) if args.quick else HELD_OUT
     published = bool(args.combine) or (not args.quick and args.seeds >= 3 and len(args.algorithms) == 2)
-    name = "cosmos3_policy_rl" + ("" if args.flaw == "slow" else f"_{args.flaw}")
+    name = "cosmos3_policy_rl" + ("" if args.flaw == SHIPPED_FLAW else f"_{args.flaw}")
     args.out = (args.out or default_out(name, published=published)).resolve()
     return args
 

@@ -74,7 +74,9 @@ def test_episodes_are_the_domains_own(vectorization):
 def test_the_shipped_base_is_the_one_the_figures_were_measured_on(tmp_path):
     """The benchmark refuses a base whose weights are not the ones its record's SHA-256 sums name."""
     benchmark = load_benchmark("cosmos3_policy_rl")
-    assert benchmark.check_base(BASE)["pace"] == 0.6
+    record, flaw = benchmark.check_base(BASE), benchmark.FLAWS[benchmark.SHIPPED_FLAW]
+    assert (record["flaw"], record["train_episodes"]) == (benchmark.SHIPPED_FLAW, flaw["demonstrations"])
+    assert record["distracted"] == flaw["data"]["distracted"] == 0.4
     copy = with_a_flipped_byte(BASE, "transformer/diffusion_pytorch_model.safetensors", tmp_path / "base")
     with pytest.raises(SystemExit, match=r"diffusion_pytorch_model\.safetensors is not the base"):
         benchmark.check_base(copy)
@@ -106,7 +108,7 @@ def write_job(
 
     text = (
         f'kind = "policy-rl"\n[model]\nname_or_path = "{BASE}"\n'
-        '[env]\nfactory = "domains.reach2d.env:Reach2DEnv"\nkwargs = { size = 128, colors = ["red"], max_steps = 8 }\n'
+        '[env]\nfactory = "domains.reach2d.env:Reach2DEnv"\nkwargs = { size = 128, colors = ["red", "green"], goal = "red", max_steps = 8 }\n'
         'execute = 4\nprogress_key = "distance"\nvectorization = "sync"\n'
         f'[rollout]\n{table(rollout)}[reward]\nprogress_weight = 0.5\n[rl]\nalgorithm = "{algorithm}"\n'
         f"[{key}]\n{table(section)}"

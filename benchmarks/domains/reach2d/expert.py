@@ -15,12 +15,13 @@ NOISE = 0.1  # standard deviation of the noise added to each action, in action u
 SPEEDS = (0.7, 1.0)
 # The flawed expert's pace (`demonstrate(pace=...)`): its top speed times this. It still reaches every target it
 # has the time for, but an episode lasts MAX_STEPS actions and the far starts need more (closed loop it succeeds in
-# 0.875 of episodes; the policy it teaches, 0.44 held out: benchmarks/cosmos3_policy_rl.py). A systematic mistake
-# that a success reward can fix. (At 0.4 the expert succeeds in 0.47, the policy it taught in none.)
+# 0.875 of episodes; the policy it teaches on 64 demonstrations, 0.44 held out: benchmarks/cosmos3_policy_rl.py
+# --flaw slow). A systematic mistake, though one whose size varies little between a policy's samples. (At 0.4 the
+# expert succeeds in 0.47, the policy it taught in none.)
 SLOW_PACE = 0.6
 # The distracted expert's share of episodes that go to another target than the task's (`demonstrate(distracted=)`):
-# with one other target shown, the policy it teaches picks the wrong one about as often, and a success reward can
-# tell it which.
+# drawn per episode, so on enough demonstrations (256) the policy it teaches picks the wrong one as a coin flip of its
+# own noise (0.44 held out: benchmarks/cosmos3_policy_rl.py's base), and a success reward can tell it which.
 DISTRACTED = 0.4
 
 
