@@ -283,7 +283,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="the first training seed")
     parser.add_argument("--seeds", type=int, help="how many seeds from --seed (default 3; quick: 1)")
     parser.add_argument(
-        "--steps", type=int, help="optimizer steps per run, the fixed budget (default 24; quick: 2)"
+        "--steps", type=int, help="optimizer steps per run, the fixed budget (default 16; quick: 2)"
     )
     parser.add_argument("--algorithms", default="nft,flow_grpo", help="comma-separated: nft, flow_grpo")
     parser.add_argument(
@@ -303,7 +303,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.seeds = args.seeds or (1 if args.quick else 3)
-    args.steps = args.steps or (2 if args.quick else 24)
+    args.steps = args.steps or (2 if args.quick else 16)
     args.algorithms = [a for a in args.algorithms.split(",") if a]
     unknown = [a for a in args.algorithms if a not in ALGORITHMS]
     if unknown:
