@@ -153,6 +153,22 @@ def test_flow_grpo_recomputes_its_rollout_log_probs(tmp_path):
     assert max(trainer._metrics["ratio_max"]) < 1 + 1e-6
 
 
+@pytest.mark.parametrize("same_latent", [True, False])
+def test_same_latent_shares_a_starts_initial_noise(tmp_path, same_latent):
+    """FlowGRPO's `same_latent`: the K episodes of one start begin each policy call from the same initial noise
+    (their SDE noise differs), the episodes of another start from their own; without it every episode has its own."""
+    trainer, envs = trainer_for(write_job(tmp_path, "flow-grpo", section={"same_latent": same_latent}))
+    try:
+        calls, _ = trainer.rollout([10000003, 10000003, 10000004, 10000004])
+    finally:
+        envs.close()
+    first = {call["row"]: call for call in reversed(calls)}  # each episode's first call
+    noise = [torch.cat([part.flatten() for part in first[row]["states"][0]]) for row in range(4)]
+    assert torch.equal(noise[0], noise[1]) is same_latent and torch.equal(noise[2], noise[3]) is same_latent
+    assert not torch.equal(noise[0], noise[2])
+    assert not torch.equal(first[0]["actions"], first[1]["actions"])  # the SDE's noise is each episode's own
+
+
 def test_a_rollout_logs_how_much_a_starts_episodes_differ(tmp_path):
     """`mixed_starts` is the share of starts whose K episodes disagree in success, `start_score_std` the mean over
     starts of their scores' std: what the advantages can tell apart."""

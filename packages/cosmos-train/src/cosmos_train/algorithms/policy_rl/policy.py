@@ -164,18 +164,21 @@ class CosmosPolicy:
         generator: torch.Generator | list[torch.Generator] | None = None,
         noise_level: float | None = None,
         keep_trajectory: bool = False,
+        initial_noise: list[torch.Generator] | None = None,
     ) -> dict:
         """Sample the batch: Euler on the flow ODE, or with `noise_level` FlowGRPO's SDE on the action tokens (its
         noise and the initial noise from `generator`, else the global RNG, so a resumed run draws the same; on the
-        ODE `generator` may be a list, one per call, each drawing its call's initial noise).
+        ODE `generator` may be a list, one per call, each drawing its call's initial noise; `initial_noise`, one
+        generator per call, draws the initial noise instead, `generator` then the SDE's alone).
         -> {"latents", "actions"} (clean, `[B, ...]`), and with `keep_trajectory` {"states": [(latents, actions)]
         per level, "log_probs": [B] per SDE step}."""
         if isinstance(generator, list) and noise_level is not None:
             raise ValueError("one generator per call is for the ODE; the SDE draws from one")
         x0 = torch.stack([c.latents for c in calls])
         a0 = torch.stack([c.rows for c in calls])
+        first_noise = generator if initial_noise is None else initial_noise
         latents, actions = self.noisy(
-            x0, a0, torch.ones(len(calls)), _normal(x0.shape, generator), _normal(a0.shape, generator)
+            x0, a0, torch.ones(len(calls)), _normal(x0.shape, first_noise), _normal(a0.shape, first_noise)
         )
         first, raw = self.first_action_row, self.settings.raw_action_dim
         states, log_probs = [(latents, actions)], []

@@ -158,8 +158,8 @@ class RLSection(Section):
 
 
 class PolicyEvalSection(Section):
-    """`[eval]`: held-out start states, one deterministic episode each, before training, every `every` steps and at
-    the end: `eval/success` and `eval/episode_length` in the logs, `output_dir/eval.json`."""
+    """`[eval]`: held-out start states, one deterministic episode each, before training (`on_start`), every `every`
+    steps and at the end: `eval/success` and `eval/episode_length` in the logs, `output_dir/eval.json`."""
 
     seeds: list[int] = Field(description="Held-out reset seeds, as a list or 'first:stop'.")
     every: int = Field(10, gt=0, description="Evaluate every this many optimizer steps (and at the end).")
@@ -167,6 +167,11 @@ class PolicyEvalSection(Section):
         10, gt=0, description="Sampler steps per policy call (Euler on the flow ODE)."
     )
     seed: int = Field(0, ge=0, description="The noise of every evaluation (the same each time).")
+    on_start: bool = Field(
+        True,
+        description="Evaluate before training too (the base's figure); false skips it where it is known, as the "
+        "evaluation is deterministic.",
+    )
 
     _seeds = field_validator("seeds", mode="before")(seed_list)
 

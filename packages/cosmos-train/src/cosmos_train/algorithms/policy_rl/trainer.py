@@ -51,6 +51,24 @@ def seeds_batch(items: list[int]) -> dict:
     return {"seeds": list(items)}
 
 
+def shared_initial_noise(seeds: list[int]):
+    """FlowGRPO's `same_latent` in closed loop: the episodes of one start draw the initial noise of their n-th policy
+    call from the same generator, so they differ only by the SDE's noise, the part its log-probs credit. The rollout's
+    key comes from the global RNG (a resumed run draws the same). -> episodes -> [generator per episode]."""
+    key = int(torch.randint(0, 2**31 - 1, ()).item())
+    calls_made: dict[int, int] = defaultdict(int)
+
+    def generators(episodes) -> list[torch.Generator]:
+        chosen = []
+        for episode in episodes.tolist():
+            start, call = seeds[min(episode, len(seeds) - 1)], calls_made[episode]
+            calls_made[episode] += 1
+            chosen.append(torch.Generator().manual_seed((key * 1_000_003 + start) * 1_009 + call))
+        return chosen
+
+    return generators
+
+
 class PolicyRLTrainer(DiffusionTrainer):
     def __init__(self, adapter, config, policy: CosmosPolicy, envs, args, lora=None, **kwargs):
         self.config, self.policy, self.envs = config, policy, envs
@@ -114,6 +132,7 @@ class PolicyRLTrainer(DiffusionTrainer):
         calls: list[dict] = []
         flow_grpo = self.algorithm == "flow-grpo"
         noise_level = self.section.noise_level if flow_grpo else None
+        initial_noise = shared_initial_noise(seeds) if flow_grpo and self.section.same_latent else None
 
         def act(observations, tasks, rows, episodes):
             inputs = [self.policy_input(observations, task, i) for task, i in zip(tasks, rows, strict=True)]
@@ -123,6 +142,7 @@ class PolicyRLTrainer(DiffusionTrainer):
                 self.sigmas,
                 noise_level=noise_level,
                 keep_trajectory=flow_grpo,
+                initial_noise=initial_noise(episodes) if initial_noise else None,
             )
             for index, row in enumerate(rows):
                 call = {"row": int(row), "input": inputs[index], "latents": sample["latents"][index],
@@ -336,8 +356,8 @@ class PolicyRLTrainer(DiffusionTrainer):
 
 class PolicyEvaluation(TrainerCallback):
     """`[eval]`: one episode per held-out start, sampled deterministically (Euler on the ODE, each episode its own
-    noise, the same every time; the EMA weights when kept), before training, every `every` steps and at the end (and
-    `curves.png`, train and held-out success per step). Logs `eval/success`, `eval/episode_length` (and
+    noise, the same every time; the EMA weights when kept), before training (`on_start`), every `every` steps and at
+    the end (and `curves.png`, train and held-out success per step). Logs `eval/success`, `eval/episode_length` (and
     `eval/progress`), and appends each point to `output_dir/eval.json` with the training environment steps and
     seconds (evaluations left out) that led to it."""
 
@@ -355,7 +375,7 @@ class PolicyEvaluation(TrainerCallback):
             if self.history:
                 self.trainer.env_steps_done = self.history[-1]["train_env_steps"]
                 self.seconds_before = self.history[-1]["train_seconds"]
-        if state.global_step == 0:
+        if state.global_step == 0 and self.section.on_start:
             self.evaluate(0, args)
 
     def on_step_end(self, args, state, control, **kwargs):
