@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up and run the whole test suite: the main environment, then the separate vLLM environment.
+# Set up and run the whole test suite: the main environment, then the separate vLLM environment, with the install
+# check (scripts/test-install.sh) beside them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -20,7 +21,25 @@ export DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$PWD/.torch_extensions"
 
 uv run --frozen ruff check .
 uv run --frozen ruff format --check .
-uv run --frozen pytest "$@"
+# The install path a user takes (plain pip, clean venvs, outside the repo; INSTALL_CHECK=0 skips it) runs beside
+# the suites: it is mostly downloads and pip. Its log is printed, and its result counts, at the end.
+install_pid=""
+if [ "${INSTALL_CHECK:-1}" != 0 ]; then
+  install_log="$(mktemp "${TMPDIR:-/tmp}/cosmos-install-check.XXXXXX.log")"
+  bash scripts/test-install.sh >"$install_log" 2>&1 &
+  install_pid=$!
+  # A failed suite stops it too (its pip or training under the script, then the script).
+  trap 'if [ -n "$install_pid" ]; then pkill -P "$install_pid" 2>/dev/null; kill "$install_pid" 2>/dev/null; fi; true' EXIT
+fi
+# Two pytest-xdist workers, one per core, each torch at one thread; tests/conftest.py keeps a module's tests on one
+# worker and runs the launches of two ranks one at a time. TEST_WORKERS=0 runs the suite in one process.
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" uv run --frozen pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@"
 bash scripts/test-vllm.sh
-# The install path a user takes (plain pip, clean venvs, outside the repo); INSTALL_CHECK=0 skips it.
-if [ "${INSTALL_CHECK:-1}" != 0 ]; then bash scripts/test-install.sh; fi
+if [ -n "$install_pid" ]; then
+  status=0
+  wait "$install_pid" || status=$?
+  install_pid=""
+  cat "$install_log"
+  rm -f "$install_log"
+  exit "$status"
+fi

@@ -56,6 +56,7 @@ def shipped_policy(benchmark):
     return policy
 
 
+@pytest.mark.slow
 def test_the_policy_beats_the_untrained_model_in_closed_loop_beyond_three_times_the_spread(benchmark):
     record = json.loads((benchmark.SHIPPED / "benchmark_record.json").read_text())
     spread = json.loads(RESULTS.read_text())["success_gain_spread"]

@@ -413,6 +413,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.two_ranks
 def test_ddp_gradients_are_the_mean_of_the_ranks(tmp_path):
     """Two CPU processes, LoRA and full fine-tuning: the adapter called on the DDP wrapper syncs gradients
     (processors go on the inner module, the call through the wrapper), also when the reasoner cache replays."""

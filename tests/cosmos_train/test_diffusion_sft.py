@@ -174,6 +174,7 @@ def test_sigkill_then_resume_is_bit_equal_with_the_ema(tmp_path, tiny):
             assert torch.equal(final[key], reference[key]), (name, key)
 
 
+@pytest.mark.two_ranks
 @pytest.mark.slow
 def test_ddp_two_processes(tmp_path, tiny):
     """`accelerate launch` on 2 CPU processes (gloo DDP): both ranks train, and the run checkpoints and

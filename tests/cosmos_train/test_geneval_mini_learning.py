@@ -45,6 +45,7 @@ def test_the_shipped_base_is_the_one_the_figures_were_measured_on(tmp_path):
         check_base(copy)
 
 
+@pytest.mark.slow
 def test_nft_fixes_the_teachers_counting_mistake_beyond_three_times_the_spread(tmp_path):
     benchmark = load_benchmark("geneval_mini")
     vocabulary = load_vocabulary(SHIPPED)

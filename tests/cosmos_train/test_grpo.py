@@ -380,6 +380,7 @@ def test_shared_prompt_rollouts_equal_trl_generation_when_greedy(
     assert all(len(ids) == 12 for ids in outputs[True])  # random weights rarely stop early: a full comparison
 
 
+@pytest.mark.two_ranks
 @pytest.mark.slow
 def test_two_process_grpo_with_video_prompts_and_dynamic_sampling(tmp_path, vlm, video_prompts):
     """Real 2-process DDP (gloo): groups stay on their rank, ranks resample in lockstep (video questions get a

@@ -32,6 +32,7 @@ def test_the_shipped_base_is_the_one_the_figures_were_measured_on(tmp_path):
         check_base(copy)
 
 
+@pytest.mark.slow
 def test_grpo_raises_held_out_accuracy_beyond_three_times_the_spread(tmp_path):
     benchmark = load_benchmark("grpo_math")
     run = benchmark.run(

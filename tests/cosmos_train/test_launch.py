@@ -33,6 +33,9 @@ from cosmos_train.jobs import read_job
 from cosmos_train.launch import ACCELERATE_CONFIG
 from transformers_cosmos3 import Cosmos3ForConditionalGeneration
 
+# Most of its tests launch two ranks; the rest share its module fixtures (tests/conftest.py).
+pytestmark = pytest.mark.two_ranks
+
 STEPS = 4
 # Global batch 4 in every run: 2 per device x 2 accumulation steps, or 2 per device x 2 processes.
 TRAIN = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from benchmark_helpers import load_benchmark
 
 LEARNING_STEPS = 8
@@ -18,6 +19,7 @@ BASE_SUCCESS = 0.4375  # 21 of 48
 SPREAD = 0.021  # at step 8: 0.5625, 0.5833, 0.5417 (seeds 0, 1, 2)
 
 
+@pytest.mark.slow
 def test_nft_raises_held_out_success_beyond_three_times_the_spread(tmp_path):
     benchmark = load_benchmark("cosmos3_policy_rl")
     benchmark.check_base(benchmark.SHIPPED)

@@ -75,6 +75,7 @@ def test_advantages_are_per_prompt_group_over_the_global_std():
     np.testing.assert_allclose(group_advantages(rewards, 4, global_std=False).numpy(), per_group.reshape(-1))
 
 
+@pytest.mark.two_ranks
 def test_the_global_std_spans_every_process(tmp_path):
     """Two real processes (gloo), two prompt groups each: the std is numpy's over all 8 rewards, the means each
     group's own (`accelerator.gather`, as the references)."""
@@ -103,6 +104,7 @@ def test_the_global_std_spans_every_process(tmp_path):
         sys.executable,
         "-m",
         "torch.distributed.run",
+        "--standalone",  # a free port of its own, not 29500 (tests may run side by side)
         "--nproc_per_node",
         "2",
         str(script),

@@ -34,6 +34,9 @@ from cosmos_train.checkpoints import is_complete
 from cosmos_train.diffusion.loading import load_adapter, prepare_training
 from cosmos_train.diffusion.weights import ExponentialAverage, OldPolicy, ParameterCopy
 
+# Most of its tests launch two ranks; the rest share its module fixtures (tests/conftest.py).
+pytestmark = pytest.mark.two_ranks
+
 STEPS = 4
 TRAIN = {"max_steps": STEPS, "save_steps": 2, "learning_rate": 1e-3, "resume_from_checkpoint": True}
 TOLERANCE = 1e-4
