@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up and run the whole test suite: the main environment, then the separate vLLM environment, with the install
-# check (scripts/test-install.sh) beside them.
+# Set up and run the whole test suite: the main environment, with the separate vLLM environment's tests and the
+# install check beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -21,25 +21,35 @@ export DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$PWD/.torch_extensions"
 
 uv run --frozen ruff check .
 uv run --frozen ruff format --check .
-# The install path a user takes (plain pip, clean venvs, outside the repo; INSTALL_CHECK=0 skips it) runs beside
-# the suites: it is mostly downloads and pip. Its log is printed, and its result counts, at the end.
-install_pid=""
-if [ "${INSTALL_CHECK:-1}" != 0 ]; then
-  install_log="$(mktemp "${TMPDIR:-/tmp}/cosmos-install-check.XXXXXX.log")"
-  bash scripts/test-install.sh >"$install_log" 2>&1 &
-  install_pid=$!
-  # A failed suite stops it too (its pip or training under the script, then the script).
-  trap 'if [ -n "$install_pid" ]; then pkill -P "$install_pid" 2>/dev/null; kill "$install_pid" 2>/dev/null; fi; true' EXIT
-fi
+# Beside the main suite: the vLLM plugin tests in their own environment (scripts/test-vllm.sh) and the install path
+# a user takes (scripts/test-install.sh: plain pip, clean venvs, outside the repo; INSTALL_CHECK=0 skips it), each
+# mostly downloads, imports and pip. Their logs are printed, and their results count, at the end.
+side_jobs=()
+side_logs=()
+stop_side_jobs() {
+  for pid in "${side_jobs[@]}"; do
+    pkill -P "$pid" 2>/dev/null || true
+    kill "$pid" 2>/dev/null || true
+  done
+}
+trap stop_side_jobs EXIT
+beside() {
+  local log
+  log="$(mktemp "${TMPDIR:-/tmp}/cosmos-$1.XXXXXX.log")"
+  OMP_NUM_THREADS=1 bash "scripts/$1.sh" >"$log" 2>&1 &
+  side_jobs+=($!)
+  side_logs+=("$log")
+}
+beside test-vllm
+if [ "${INSTALL_CHECK:-1}" != 0 ]; then beside test-install; fi
 # Two pytest-xdist workers, one per core, each torch at one thread; tests/conftest.py keeps a module's tests on one
 # worker and runs the launches of two ranks one at a time. TEST_WORKERS=0 runs the suite in one process.
 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" uv run --frozen pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@"
-bash scripts/test-vllm.sh
-if [ -n "$install_pid" ]; then
-  status=0
-  wait "$install_pid" || status=$?
-  install_pid=""
-  cat "$install_log"
-  rm -f "$install_log"
-  exit "$status"
-fi
+status=0
+for i in "${!side_jobs[@]}"; do
+  wait "${side_jobs[$i]}" || status=$?
+  cat "${side_logs[$i]}"
+  rm -f "${side_logs[$i]}"
+done
+side_jobs=()
+exit "$status"

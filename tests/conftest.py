@@ -13,9 +13,10 @@ def pytest_collection_modifyitems(config, items):
     """For pytest-xdist's `--dist loadgroup` (scripts/test.sh runs `-n 2`): a module's tests share one worker, so its
     module fixtures are built once; the tests that launch two ranks share another, so that no two launches put four
     ranks on the machine at once; the slow tests start first."""
-    for item in items:
-        group = "two_ranks" if item.get_closest_marker("two_ranks") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    if config.pluginmanager.hasplugin("xdist"):  # not in the vLLM environment
+        for item in items:
+            group = "two_ranks" if item.get_closest_marker("two_ranks") else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
     # The slow tests first (a stable sort), so that the workers' last tests are short ones and they end together.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 

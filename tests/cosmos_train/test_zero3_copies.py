@@ -160,8 +160,9 @@ def assert_close(got: dict, want: dict, label: str, atol: float = TOLERANCE) -> 
 
 
 # DiffusionNFT keeps all three copies (the EMA, the old policy, the KL reference), so FlowGRPO's and DDRL's (the EMA and
-# the reference, on the same RL trainer skeleton) repeat its check: the exhaustive tier.
-REPEATS = {"flow-grpo", "ddrl"}
+# the reference, on the same RL trainer skeleton) repeat its check, as action-sft's EMA repeats diffusion-sft's (its
+# trainer is diffusion SFT's, the action heads trained too): the exhaustive tier.
+REPEATS = {"flow-grpo", "ddrl", "action-sft"}
 
 
 @pytest.mark.slow
