@@ -61,7 +61,7 @@ def shared_initial_noise(seeds: list[int]):
     def generators(episodes) -> list[torch.Generator]:
         chosen = []
         for episode in episodes.tolist():
-            start, call = seeds[min(episode, len(seeds) - 1)], calls_made[episode]
+            start, call = seeds[episode], calls_made[episode]  # one wave: an episode per copy
             calls_made[episode] += 1
             chosen.append(torch.Generator().manual_seed((key * 1_000_003 + start) * 1_009 + call))
         return chosen
