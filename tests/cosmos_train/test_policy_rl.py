@@ -131,7 +131,7 @@ def trainer_for(job: Path):
     read = read_job(job)
     adapter, lora = load_for_training(read)
     train_action_heads(adapter.transformer, fresh=False)
-    policy = policy_rl.CosmosPolicy(adapter.pipeline, policy_rl.CosmosPolicy.settings_record(BASE))
+    policy = policy_rl.policy_for(adapter, policy_rl.CosmosPolicy.settings_record(BASE))
     envs = policy_rl.vector_env(read.config.env, None, 4, 4)
     return policy_rl.PolicyRLTrainer(adapter, read.config, policy, envs, read.args, lora=lora), envs
 
@@ -151,6 +151,24 @@ def test_flow_grpo_recomputes_its_rollout_log_probs(tmp_path):
         envs.close()
     assert trainer._metrics["ratio_min"] and min(trainer._metrics["ratio_min"]) > 1 - 1e-6
     assert max(trainer._metrics["ratio_max"]) < 1 + 1e-6
+
+
+def test_the_caption_goes_through_the_frozen_reasoner_once(tmp_path):
+    """The caption is most of a policy call's sequence: after a rollout, sampling replays its reasoner keys and
+    values from the cache (the generator and action heads train, the reasoner is frozen), and the chunks are the
+    ones the full sequence gives."""
+    trainer, envs = trainer_for(write_job(tmp_path, "nft"))
+    try:
+        calls, _ = trainer.rollout([10000003, 10000003, 10000004, 10000004])
+    finally:
+        envs.close()
+    policy, inputs = trainer.policy, [call["input"] for call in calls[:4]]
+    assert len(policy.reasoner_cache) == 1  # one caption: the cache was filled by the rollout
+    cached = policy.sample(trainer.model, inputs, trainer.sigmas, generator=torch.Generator().manual_seed(0))
+    policy.reasoner_cache = None
+    full = policy.sample(trainer.model, inputs, trainer.sigmas, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(cached["actions"], full["actions"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(cached["latents"], full["latents"], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("same_latent", [True, False])

@@ -38,13 +38,17 @@ class PolicyCall:
 
 class CosmosPolicy:
     """The export's pipeline and action settings (`action_settings.json`, as `Cosmos3ActionPolicy` loads them), with
-    the units its actions and state are in."""
+    the units its actions and state are in.
 
-    def __init__(self, pipe, record: dict):
+    `reasoner_cache` (a `Cosmos3ReasonerCache`, for a frozen reasoner only) keeps the caption's keys and values, so
+    every call after the first skips the text tower: the caption is most of the sequence."""
+
+    def __init__(self, pipe, record: dict, reasoner_cache=None):
         from diffusers_cosmos3.actions import ActionSettings, domain_id
 
         self.pipe = pipe
         self.record = record
+        self.reasoner_cache = reasoner_cache
         self.settings = ActionSettings(**record["settings"])
         if self.settings.mode != "policy":
             raise ValueError(
@@ -119,7 +123,8 @@ class CosmosPolicy:
             )
             for i, call in enumerate(calls)
         ]
-        outputs = batched_outputs(transformer, pack_samples(self.pipe, samples))
+        packed = pack_samples(self.pipe, samples)
+        outputs = batched_outputs(transformer, packed, cache=self.reasoner_cache)
         vision = torch.stack([v.reshape(latents.shape[1:]) for v in outputs.sample]).float()
         action = torch.stack(list(outputs.action)).float()
         action[..., self.settings.raw_action_dim :] = 0

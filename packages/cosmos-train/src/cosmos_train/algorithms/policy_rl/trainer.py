@@ -441,6 +441,13 @@ class PolicyEvaluation(TrainerCallback):
         return point
 
 
+def policy_for(adapter, record: dict) -> CosmosPolicy:
+    """The adapter's pipeline as a policy, with the adapter's reasoner cache where the reasoner is frozen (the
+    generator and action heads train; a LoRA on the reasoner would change its keys and values)."""
+    frozen = adapter.reasoner_frozen(adapter.transformer)
+    return CosmosPolicy(adapter.pipeline, record, adapter.reasoner_cache if frozen else None)
+
+
 def run_policy_rl(job: Job, callbacks: list | None = None) -> PolicyRLTrainer:
     """Run a `policy-rl` job; the trained policy is under `output_dir/safetensors/step_N/`."""
     from ...errors import ConfigError
@@ -454,7 +461,7 @@ def run_policy_rl(job: Job, callbacks: list | None = None) -> PolicyRLTrainer:
             f"{job.source}: [model] policy-rl trains Cosmos3 policies, not {adapter.pipeline_class}"
         )
     train_action_heads(adapter.transformer, fresh=False)
-    policy = CosmosPolicy(adapter.pipeline, record)
+    policy = policy_for(adapter, record)
     execute = config.env.execute or policy.settings.chunk_size
     if execute > policy.settings.chunk_size:
         raise ConfigError(
