@@ -101,6 +101,7 @@ def job(algorithm: str, base: Path, out: Path, steps: int, seed: int, starts: in
     settings = SETTINGS[algorithm]
     env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {"size": SIZE, **FLAWS[flaw]["env"]}.items())
     section = "\n".join(f"{k} = {json.dumps(v)}" for k, v in settings["section"].items())
+    reward = "\n".join(f"{k} = {json.dumps(v)}" for k, v in REWARD.items())
     return f"""kind = "policy-rl"
 [model]
 name_or_path = "{base}"
@@ -116,8 +117,7 @@ sampling_steps = 10
 train_samples = 32
 train_batch_size = 8
 [reward]
-success_weight = {REWARD["success_weight"]}
-progress_weight = {REWARD["progress_weight"]}
+{reward}
 [rl]
 algorithm = "{ALGORITHMS[algorithm]}"
 [{algorithm}]

@@ -93,7 +93,7 @@ def test_a_bad_environment_is_named_in_one_line(tmp_path):
 
 
 def write_job(
-    folder: Path, algorithm: str = "nft", rollout=None, section=None, train=None, eval_seeds=None
+    folder: Path, algorithm: str = "nft", rollout=None, section=None, train=None, eval_seeds=None, reward=None
 ) -> Path:
     rollout = {"seeds": "10000000:10000064", "samples_per_start": 2, "sampling_steps": 3, "train_samples": 4,
                "train_batch_size": 2} | (rollout or {})  # fmt: skip
@@ -102,6 +102,7 @@ def write_job(
              "resume_from_checkpoint": True} | (train or {})  # fmt: skip
     key = algorithm.replace("-", "_")
     section = {"kl_beta": 0.01, "timestep_fraction": 0.5} | (section or {})
+    reward = {"progress_weight": 0.5} | (reward or {})
 
     def table(values):
         return "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
@@ -110,7 +111,7 @@ def write_job(
         f'kind = "policy-rl"\n[model]\nname_or_path = "{BASE}"\n'
         '[env]\nfactory = "domains.reach2d.env:Reach2DEnv"\nkwargs = { size = 128, colors = ["red", "green"], goal = "red", max_steps = 8 }\n'
         'execute = 4\nprogress_key = "distance"\nvectorization = "sync"\n'
-        f'[rollout]\n{table(rollout)}[reward]\nprogress_weight = 0.5\n[rl]\nalgorithm = "{algorithm}"\n'
+        f'[rollout]\n{table(rollout)}[reward]\n{table(reward)}[rl]\nalgorithm = "{algorithm}"\n'
         f"[{key}]\n{table(section)}"
         + (f"[eval]\nseeds = {json.dumps(eval_seeds)}\nevery = 1\n" if eval_seeds else "")
         + f"[train]\n{table(train)}"
@@ -199,6 +200,21 @@ def test_a_rollout_logs_how_much_a_starts_episodes_differ(tmp_path):
     trainer.advantages(episodes)
     assert trainer._metrics["mixed_starts"] == [0.5]
     assert trainer._metrics["start_score_std"] == [pytest.approx((0.6 + 0.0) / 2)]
+
+
+def test_length_weight_ranks_a_starts_successes_by_how_soon(tmp_path):
+    """Successes of one start end on the target, so their progress barely differs; `length_weight` scores the sooner
+    one higher (and every failure, which runs to the limit, alike)."""
+    from cosmos_train.algorithms.policy_rl.environments import Episode
+
+    trainer, envs = trainer_for(write_job(tmp_path, reward={"length_weight": 0.02}))
+    envs.close()
+    episodes = [Episode(1, True, 5, 1.0, 0.95), Episode(1, True, 10, 1.0, 0.95),
+                Episode(2, False, 8, 0.0, 0.5), Episode(2, False, 8, 0.0, 0.5)]  # fmt: skip
+    scores = trainer.score(episodes)
+    assert scores.tolist() == pytest.approx([1.375, 1.275, 0.09, 0.09])
+    advantages = trainer.advantages(episodes)
+    assert advantages[0] > 0 > advantages[1] and advantages[2] == advantages[3] == 0
 
 
 def test_held_out_episodes_do_not_depend_on_the_copies_beside_them(tmp_path):

@@ -133,10 +133,16 @@ class RewardSection(Section):
         "that all fail (or all succeed) still rank by how close they came.",
     )
     return_weight: float = Field(0.0, ge=0, description="Weight of the environment's summed reward.")
+    length_weight: float = Field(
+        0.0,
+        ge=0,
+        description="Penalty per environment step of the episode (subtracted): a sooner success scores higher, so "
+        "K episodes that all succeed still rank by how soon, where progress, ended by success, barely differs.",
+    )
 
     @model_validator(mode="after")
     def _something(self):
-        if self.success_weight == self.progress_weight == self.return_weight == 0:
+        if self.success_weight == self.progress_weight == self.return_weight == self.length_weight == 0:
             raise ValueError("[reward] every weight is 0: episodes would all score the same")
         return self
 

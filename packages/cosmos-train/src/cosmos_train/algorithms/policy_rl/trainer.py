@@ -178,6 +178,7 @@ class PolicyRLTrainer(DiffusionTrainer):
                 weights.success_weight * e.success
                 + weights.progress_weight * (e.progress or 0.0)
                 + weights.return_weight * e.env_return
+                - weights.length_weight * e.steps
                 for e in episodes
             ],
             dtype=torch.float64,
