@@ -98,12 +98,15 @@ SETTINGS = {
 }
 
 
+def _toml_lines(values: dict) -> str:
+    return "\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
+
+
 def job(algorithm: str, base: Path, out: Path, steps: int, seed: int, starts: int, samples: int, every: int,
         held_out: tuple[int, int], flaw: str = SHIPPED_FLAW, on_start: bool = True) -> str:  # fmt: skip
     settings = SETTINGS[algorithm]
     env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {"size": SIZE, **FLAWS[flaw]["env"]}.items())
-    section = "\n".join(f"{k} = {json.dumps(v)}" for k, v in settings["section"].items())
-    reward = "\n".join(f"{k} = {json.dumps(v)}" for k, v in REWARD.items())
+    section, reward = _toml_lines(settings["section"]), _toml_lines(REWARD)
     return f"""kind = "policy-rl"
 [model]
 name_or_path = "{base}"

@@ -123,8 +123,7 @@ class CosmosPolicy:
             )
             for i, call in enumerate(calls)
         ]
-        packed = pack_samples(self.pipe, samples)
-        outputs = batched_outputs(transformer, packed, cache=self.reasoner_cache)
+        outputs = batched_outputs(transformer, pack_samples(self.pipe, samples), cache=self.reasoner_cache)
         vision = torch.stack([v.reshape(latents.shape[1:]) for v in outputs.sample]).float()
         action = torch.stack(list(outputs.action)).float()
         action[..., self.settings.raw_action_dim :] = 0
