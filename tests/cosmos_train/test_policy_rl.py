@@ -217,6 +217,38 @@ def test_length_weight_ranks_a_starts_successes_by_how_soon(tmp_path):
     assert advantages[0] > 0 > advantages[1] and advantages[2] == advantages[3] == 0
 
 
+@pytest.mark.parametrize("algorithm", ["nft", "flow-grpo"])
+def test_executed_actions_only_trains_the_actions_the_environment_ran(tmp_path, algorithm):
+    """`[rl] executed_actions_only`: the loss's gradient reaches the chunk's first `[env] execute` actions (4 of 8),
+    not the ones sampled and never run; without it, every action of the chunk."""
+    trainer, envs = trainer_for(write_job(tmp_path, algorithm))
+    try:
+        calls, episodes = trainer.rollout([10000003, 10000003, 10000004, 10000004])
+        batch = trainer.micro_batches(calls, trainer.advantages(episodes))[0]
+    finally:
+        envs.close()
+    trained, velocities = [], trainer.policy.velocities
+
+    def recording(*args, **kwargs):
+        v, a = velocities(*args, **kwargs)
+        if a.requires_grad:  # the trained forward's action velocities
+            a.retain_grad()
+            trained.append(a)
+        return v, a
+
+    trainer.policy.velocities = recording
+    first, raw = trainer.policy.first_action_row, trainer.policy.settings.raw_action_dim
+    reached = {}
+    for only in (True, False):
+        rl = trainer.config.rl.model_copy(update={"executed_actions_only": only})
+        trainer.config = trainer.config.model_copy(update={"rl": rl})
+        trainer.compute_loss(trainer.model, batch).backward()
+        reached[only] = trained.pop().grad[:, first:, :raw].abs().sum(dim=(0, 2)) > 0
+    assert len(reached[True]) == 8 and trainer.execute == 4
+    assert reached[True][:4].all() and not reached[True][4:].any()
+    assert reached[False].all()
+
+
 def test_held_out_episodes_do_not_depend_on_the_copies_beside_them(tmp_path):
     """`[eval]` draws each episode's noise from its own generator: 5 held-out starts on 4 copies of the environment
     (two waves) and on 2 (three) are the same episodes."""

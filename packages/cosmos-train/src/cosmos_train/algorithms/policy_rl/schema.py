@@ -161,6 +161,12 @@ class RLSection(Section):
         description="DiffusionNFT: weight of the same loss on the generated future frames beside the actions' (0: "
         "actions only).",
     )
+    executed_actions_only: bool = Field(
+        False,
+        description="Train only the actions the environment ran ([env] execute of the chunk), which the episode's "
+        "score judged; the rest were sampled and never run. Off by default: on the Reach2D benchmark it made "
+        "FlowGRPO fall faster and NFT gain less (README).",
+    )
 
 
 class PolicyEvalSection(Section):

@@ -263,8 +263,11 @@ class PolicyRLTrainer(DiffusionTrainer):
     # --- the losses ---------------------------------------------------------------------------------------------
 
     def action_part(self, actions: torch.Tensor) -> torch.Tensor:
-        """The sampled action tokens: rows past the state row, channels up to the raw width."""
-        return actions[:, self.policy.first_action_row :, : self.policy.settings.raw_action_dim]
+        """The trained action tokens: rows past the state row (the executed ones alone with
+        `[rl] executed_actions_only`), channels up to the raw width."""
+        first = self.policy.first_action_row
+        stop = first + self.execute if self.config.rl.executed_actions_only else None
+        return actions[:, first:stop, : self.policy.settings.raw_action_dim]
 
     def reference(self):
         return frozen_base(self.adapter.transformer, self.reference_copy)
