@@ -89,7 +89,9 @@ class FlowGRPOSection(Section):
         "the chunks stay even, as the reference.",
     )
     same_latent: bool = Field(
-        False, description="One initial noise per prompt group (the reference's option)."
+        False,
+        description="One initial noise per prompt group (the reference's option); policy-rl: a start's K episodes "
+        "begin each policy call from the same noise, so they differ by the SDE's noise alone.",
     )
     global_std: bool = Field(
         True,
