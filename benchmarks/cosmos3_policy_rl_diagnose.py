@@ -40,7 +40,7 @@ def episodes(export: Path, count: int, seeds: list[int]) -> list[dict]:
         envs = [Reach2DEnv(size=SIZE, **FLAWS[SHIPPED_FLAW]["env"]) for _ in seeds]
         observations = [env.reset(seed=seed)[0] for env, seed in zip(envs, seeds, strict=True)]
         generators = [torch.Generator().manual_seed(1_000 * k + i) for i in range(len(seeds))]
-        # Per episode: (step length, its part towards the goal) for the steps taken away from the goal.
+        # Per episode: (step length, its part towards the goal) for the steps begun outside the goal's disc.
         steps = [[] for _ in seeds]
         running = list(range(len(seeds)))
         while running:
