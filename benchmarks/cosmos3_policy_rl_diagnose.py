@@ -33,7 +33,7 @@ def episodes(export: Path, count: int, seeds: list[int]) -> list[dict]:
     pipe = Cosmos3OmniPipeline.from_pretrained(export, enable_safety_checker=False)
     pipe.transformer.requires_grad_(False)
     pipe.set_progress_bar_config(disable=True)
-    policy = CosmosPolicy(pipe, CosmosPolicy.settings_record(export), Cosmos3ReasonerCache(4))
+    policy = CosmosPolicy(pipe, CosmosPolicy.settings_record(export), Cosmos3ReasonerCache())
     sigmas = policy.sigmas(10)
     found = []
     for k in range(count):
@@ -81,6 +81,7 @@ def episodes(export: Path, count: int, seeds: list[int]) -> list[dict]:
 def summary(found: list[dict]) -> dict:
     failed = [e["final_distance"] for e in found if not e["success"]]
     nearest = [e for e in found if e["ended_nearest_goal"]]
+    succeeded = [e["steps"] for e in found if e["success"]]
     return {
         "episodes": len(found),
         "success": statistics.fmean(e["success"] for e in found),
@@ -89,7 +90,7 @@ def summary(found: list[dict]) -> dict:
         if nearest
         else None,
         "failed_final_distance_median": statistics.median(failed) if failed else None,
-        "success_steps_median": statistics.median([e["steps"] for e in found if e["success"]] or [0]),
+        "success_steps_median": statistics.median(succeeded) if succeeded else None,
         "step_length": statistics.fmean(e["step_length"] for e in found),
         "towards_goal": statistics.fmean(e["towards_goal"] for e in found),
     }
