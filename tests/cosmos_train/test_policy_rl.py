@@ -137,10 +137,24 @@ def trainer_for(job: Path):
     return policy_rl.PolicyRLTrainer(adapter, read.config, policy, envs, read.args, lora=lora), envs
 
 
-def test_flow_grpo_recomputes_its_rollout_log_probs(tmp_path):
+def fast_job(folder: Path, window: int = 2, sampling_steps: int = 6) -> Path:
+    """A FlowGRPO-Fast job: the SDE on `window` steps of `sampling_steps` (instead of write_job's trained share)."""
+    job = write_job(folder, "flow-grpo", rollout={"sampling_steps": sampling_steps},
+                    section={"sde_window": window, "drop_zero_advantage": False})  # fmt: skip
+    job.write_text(job.read_text().replace("timestep_fraction = 0.5\n", ""))
+    return job
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["all-steps", "sde-window"])
+def test_flow_grpo_recomputes_its_rollout_log_probs(tmp_path, fast):
     """Every trained SDE step's log-prob, recomputed under the weights that sampled it, is the stored one: the
     ratio is 1 before any update (a wrong level, timestep, state or noise scale would move it)."""
-    trainer, envs = trainer_for(write_job(tmp_path, "flow-grpo", section={"drop_zero_advantage": False}))
+    job = (
+        fast_job(tmp_path)
+        if fast
+        else write_job(tmp_path, "flow-grpo", section={"drop_zero_advantage": False})
+    )
+    trainer, envs = trainer_for(job)
     try:
         calls, episodes = trainer.rollout([10000003, 10000003, 10000004, 10000004])
         batches = trainer.micro_batches(calls, trainer.advantages(episodes))
@@ -152,6 +166,38 @@ def test_flow_grpo_recomputes_its_rollout_log_probs(tmp_path):
         envs.close()
     assert trainer._metrics["ratio_min"] and min(trainer._metrics["ratio_min"]) > 1 - 1e-6
     assert max(trainer._metrics["ratio_max"]) < 1 + 1e-6
+
+
+def test_sde_window_samples_its_window_with_the_sde_and_the_rest_on_the_ode(tmp_path):
+    """FlowGRPO-Fast in closed loop: a rollout draws one window of 2 consecutive steps in the first half of the 6;
+    every policy call of it takes those steps with the SDE (their log-probs kept, the only ones trained) and the
+    others as Euler steps of the flow ODE under the sampling weights."""
+    trainer, envs = trainer_for(fast_job(tmp_path))
+    try:
+        windows = set()
+        for _ in range(6):
+            calls, episodes = trainer.rollout([10000003, 10000003, 10000004, 10000004])
+            window = sorted(calls[0]["log_probs"])
+            assert all(sorted(call["log_probs"]) == window for call in calls)
+            windows.add(tuple(window))
+        batches = trainer.micro_batches(calls, trainer.advantages(episodes))
+    finally:
+        envs.close()
+    assert windows <= {(0, 1), (1, 2)} and len(windows) == 2, windows  # starts in [0, 6 // 2 - 2]
+    assert len(batches) == trainer.micro_batches_per_rollout
+    assert {batch["step"] for batch in batches} == set(window)
+    sigmas = trainer.sigmas
+    for call in calls[:3]:
+        for step in range(6):
+            (latents, actions), after = call["states"][step], call["states"][step + 1][1]
+            with torch.no_grad():
+                v = trainer.policy.velocities(trainer.model, [call["input"]], latents[None], actions[None],
+                                              torch.tensor([sigmas[step]]))[1][0]  # fmt: skip
+            euler = actions + (sigmas[step + 1] - sigmas[step]) * v
+            if step in window:
+                assert (after - euler).abs().max() > 1e-3, step  # the SDE's noise
+            else:
+                torch.testing.assert_close(after, euler, rtol=1e-4, atol=1e-5)
 
 
 def test_the_caption_goes_through_the_frozen_reasoner_once(tmp_path):

@@ -31,7 +31,7 @@ from cosmos_train.algorithms.diffusion_rl.advantages import group_advantages
 from cosmos_train.algorithms.diffusion_rl.trainer import build_diffusion_rl_trainer
 from cosmos_train.algorithms.flow_grpo.loss import rows_to_train, step_kl
 from cosmos_train.algorithms.flow_grpo.schema import FlowGRPOSection
-from cosmos_train.algorithms.flow_grpo.trainer import FlowGRPOTrainer
+from cosmos_train.algorithms.flow_grpo.trainer import draw_sde_steps
 from cosmos_train.algorithms.nft.loss import nft_loss, optimality_probability
 from cosmos_train.diffusion.sampling import (
     ab2_step,
@@ -301,8 +301,7 @@ def test_kl_in_the_references_scaling_and_exactly():
 
 def test_flow_grpo_trains_the_first_steps_and_fast_windows_start_early():
     assert FlowGRPOSection().trained_steps(10) == list(range(9))  # int(10 * 0.99): the last step never
-    fast = SimpleNamespace(algorithm=FlowGRPOSection(sde_window=2), sampling_steps=10)
-    starts = {FlowGRPOTrainer.sde_steps(fast)[0] for _ in range(200)}
+    starts = {draw_sde_steps(FlowGRPOSection(sde_window=2), 10)[0] for _ in range(200)}
     assert starts == {0, 1, 2, 3}  # the window [start, start + 2) inside the first half
 
 

@@ -33,6 +33,18 @@ from .loss import clipped_policy_loss, rows_to_train, step_kl
 logger = logging.getLogger(__name__)
 
 
+def draw_sde_steps(section, sampling_steps: int) -> list[int]:
+    """The steps a rollout samples with the SDE: all of them, or FlowGRPO-Fast's window (`section.sde_window`), whose
+    start is drawn from the global RNG (a resumed run draws the same) in [0, N // 2 - window], the reference's fast
+    configs' early half."""
+    window = section.sde_window
+    if window is None:
+        return list(range(sampling_steps))
+    last_start = max(0, sampling_steps // 2 - window)
+    start = int(torch.randint(0, last_start + 1, ()).item())
+    return list(range(start, start + window))
+
+
 class FlowGRPOTrainer(DiffusionRLTrainer):
     def __init__(self, adapter, rewards, config, lora=None, **kwargs):
         self.algorithm = config.flow_grpo
@@ -46,16 +58,6 @@ class FlowGRPOTrainer(DiffusionRLTrainer):
         )
         self.sampling_steps = config.rollout.sampling_steps
 
-    def sde_steps(self) -> list[int]:
-        """The steps sampled with the SDE in this rollout: all of them, or FlowGRPO-Fast's window, whose start is
-        drawn in [0, N // 2 - window] (the reference's fast configs: the early half)."""
-        window = self.algorithm.sde_window
-        if window is None:
-            return list(range(self.sampling_steps))
-        last_start = max(0, self.sampling_steps // 2 - window)
-        start = int(torch.randint(0, last_start + 1, ()).item())
-        return list(range(start, start + window))
-
     # --- 1. rollout with the current policy, storing states and log-probs --------------------------------
 
     @torch.no_grad()
@@ -65,7 +67,7 @@ class FlowGRPOTrainer(DiffusionRLTrainer):
         grid = self.grid(self.sampling_steps)
         sigmas = grid.sigmas.tolist()
         guidance = self.guidance(rows)
-        sde_steps = self.sde_steps()
+        sde_steps = draw_sde_steps(self.algorithm, self.sampling_steps)
         x = self.noise(rows, self.algorithm.same_latent)
         states, log_probs = [x], {}
         for step in range(self.sampling_steps):

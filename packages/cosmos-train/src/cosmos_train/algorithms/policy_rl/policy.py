@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,13 +170,15 @@ class CosmosPolicy:
         noise_level: float | None = None,
         keep_trajectory: bool = False,
         initial_noise: list[torch.Generator] | None = None,
+        sde_steps: Collection[int] | None = None,
     ) -> dict:
         """Sample the batch: Euler on the flow ODE, or with `noise_level` FlowGRPO's SDE on the action tokens (its
         noise and the initial noise from `generator`, else the global RNG, so a resumed run draws the same; on the
         ODE `generator` may be a list, one per call, each drawing its call's initial noise; `initial_noise`, one
-        generator per call, draws the initial noise instead, `generator` then the SDE's alone).
+        generator per call, draws the initial noise instead, `generator` then the SDE's alone). `sde_steps`: the
+        step indices the SDE samples (FlowGRPO-Fast's window), Euler elsewhere; unset, all of them.
         -> {"latents", "actions"} (clean, `[B, ...]`), and with `keep_trajectory` {"states": [(latents, actions)]
-        per level, "log_probs": [B] per SDE step}."""
+        per level, "log_probs": {SDE step: [B]}}."""
         if isinstance(generator, list) and noise_level is not None:
             raise ValueError("one generator per call is for the ODE; the SDE draws from one")
         x0 = torch.stack([c.latents for c in calls])
@@ -185,14 +188,14 @@ class CosmosPolicy:
             x0, a0, torch.ones(len(calls)), _normal(x0.shape, first_noise), _normal(a0.shape, first_noise)
         )
         first, raw = self.first_action_row, self.settings.raw_action_dim
-        states, log_probs = [(latents, actions)], []
+        states, log_probs = [(latents, actions)], {}
         for j in range(len(sigmas) - 1):
             sigma, sigma_next = sigmas[j], sigmas[j + 1]
             v_vision, v_action = self.velocities(
                 transformer, calls, latents, actions, torch.full((len(calls),), sigma)
             )
             latents = latents + (sigma_next - sigma) * v_vision
-            if noise_level is None:
+            if noise_level is None or (sde_steps is not None and j not in sde_steps):
                 actions = actions + (sigma_next - sigma) * v_action
             else:
                 actions = actions.clone()
@@ -201,7 +204,7 @@ class CosmosPolicy:
                     generator=generator,
                 )  # fmt: skip
                 actions[:, first:, :raw] = part
-                log_probs.append(log_prob)
+                log_probs[j] = log_prob
             if keep_trajectory:
                 states.append((latents, actions))
         result = {"latents": latents, "actions": actions}

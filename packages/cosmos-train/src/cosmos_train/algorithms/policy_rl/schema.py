@@ -208,10 +208,6 @@ class PolicyRLJob(DiffusionJob):
     def _sections_agree(self):
         if self.rl.algorithm == "flow-grpo":
             self.flow_grpo.check_steps(self.rollout.sampling_steps)
-            if self.flow_grpo.sde_window is not None:
-                raise ValueError(
-                    "[flow_grpo] sde_window: policy-rl samples every step with the SDE (no FlowGRPO-Fast)"
-                )
             if self.rl.video_loss_weight:
                 raise ValueError("[rl] video_loss_weight: FlowGRPO trains the action tokens' SDE steps only")
         if self.reward.progress_weight and self.env.progress_key is None:

@@ -40,6 +40,7 @@ from ..diffusion.trainer import DiffusionTrainer, load_for_training
 from ..diffusion_rl.advantages import group_advantages_across
 from ..diffusion_rl.trainer import RolloutPrompts, frozen_base
 from ..flow_grpo.loss import clipped_policy_loss, step_kl
+from ..flow_grpo.trainer import draw_sde_steps
 from ..nft.loss import nft_loss, optimality_probability
 from .environments import Episode, run_episodes, vector_env
 from .policy import CosmosPolicy
@@ -133,6 +134,8 @@ class PolicyRLTrainer(DiffusionTrainer):
         flow_grpo = self.algorithm == "flow-grpo"
         noise_level = self.section.noise_level if flow_grpo else None
         initial_noise = shared_initial_noise(seeds) if flow_grpo and self.section.same_latent else None
+        # Every policy call of the rollout samples its SDE on the same steps (all, or FlowGRPO-Fast's window).
+        sde_steps = draw_sde_steps(self.section, len(self.sigmas) - 1) if flow_grpo else None
 
         def act(observations, tasks, rows, episodes):
             inputs = [self.policy_input(observations, task, i) for task, i in zip(tasks, rows, strict=True)]
@@ -143,13 +146,14 @@ class PolicyRLTrainer(DiffusionTrainer):
                 noise_level=noise_level,
                 keep_trajectory=flow_grpo,
                 initial_noise=initial_noise(episodes) if initial_noise else None,
+                sde_steps=sde_steps,
             )
             for index, row in enumerate(rows):
                 call = {"row": int(row), "input": inputs[index], "latents": sample["latents"][index],
                         "actions": sample["actions"][index]}  # fmt: skip
                 if flow_grpo:
                     call["states"] = [(v[index], a[index]) for v, a in sample["states"]]
-                    call["log_probs"] = torch.stack([lp[index] for lp in sample["log_probs"]])
+                    call["log_probs"] = {step: lp[index] for step, lp in sample["log_probs"].items()}
                 calls.append(call)
             return self.policy.to_env_units(sample["actions"])
 
@@ -250,7 +254,8 @@ class PolicyRLTrainer(DiffusionTrainer):
                         "noise": torch.randn_like(x0), "action_noise": torch.randn_like(a0),
                     })  # fmt: skip
             else:
-                for step in self.section.trained_steps(levels) or range(levels):
+                # The trained steps, or FlowGRPO-Fast's: the window its rollout drew, the steps with log-probs.
+                for step in self.section.trained_steps(levels) or sorted(chunk[0]["log_probs"]):
                     batches.append(common | {
                         "step": step,
                         "latents": torch.stack([call["states"][step][0] for call in chunk]),
