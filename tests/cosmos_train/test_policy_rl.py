@@ -1,9 +1,10 @@
 """`cosmos-train policy-rl`: closed-loop RL of a Cosmos3 policy in a gymnasium environment.
 
 The episodes are Reach2D's own (`domains.reach2d.env.rollout` is the reference they are compared with); FlowGRPO's
-stored log-probs are recomputed at training under the same weights (ratio 1); a run's export is a policy, and a
-run resumed from its checkpoint ends bit-equal to one that was not stopped. The shipped base is the flawed expert's
-SFT policy (`benchmarks/cosmos3_policy_rl.py`)."""
+stored log-probs are recomputed at training under the same weights (ratio 1), and FlowGRPO-Fast's window takes its
+steps with the SDE and the rest on the ODE; a run's export is a policy, and a run resumed from its checkpoint ends
+bit-equal to one that was not stopped. The shipped base is the flawed expert's SFT policy
+(`benchmarks/cosmos3_policy_rl.py`)."""
 
 from __future__ import annotations
 
