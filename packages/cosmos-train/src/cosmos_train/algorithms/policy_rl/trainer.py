@@ -236,6 +236,9 @@ class PolicyRLTrainer(DiffusionTrainer):
         batches = []
         levels = len(self.sigmas) - 1
         steps = self.config.train_timesteps()
+        if self.algorithm == "flow-grpo":
+            # The trained steps, or FlowGRPO-Fast's: the window the rollout drew, the steps with log-probs.
+            trained_steps = self.section.trained_steps(levels) or sorted(calls[0]["log_probs"])
         for chunk in self.chosen_calls(calls, advantages):
             chunk_advantages = torch.stack([advantages[call["row"]] for call in chunk])
             common = {
@@ -254,8 +257,7 @@ class PolicyRLTrainer(DiffusionTrainer):
                         "noise": torch.randn_like(x0), "action_noise": torch.randn_like(a0),
                     })  # fmt: skip
             else:
-                # The trained steps, or FlowGRPO-Fast's: the window its rollout drew, the steps with log-probs.
-                for step in self.section.trained_steps(levels) or sorted(chunk[0]["log_probs"]):
+                for step in trained_steps:
                     batches.append(common | {
                         "step": step,
                         "latents": torch.stack([call["states"][step][0] for call in chunk]),
