@@ -22,10 +22,12 @@ import torch
 from ...diffusion.sampling import sde_step
 
 
-def _normal(shape, generator: torch.Generator | list[torch.Generator] | None) -> torch.Tensor:
+def _normal(shape, generator: torch.Generator | list[torch.Generator] | None, device) -> torch.Tensor:
+    """Standard normal noise drawn on the CPU (the generators are CPU ones, and a run draws the same noise on any
+    device), then moved to `device`."""
     if isinstance(generator, list):
-        return torch.stack([torch.randn(shape[1:], generator=g) for g in generator])
-    return torch.randn(shape, generator=generator)
+        return torch.stack([torch.randn(shape[1:], generator=g) for g in generator]).to(device)
+    return torch.randn(shape, generator=generator).to(device)
 
 
 @dataclass
@@ -89,13 +91,13 @@ class CosmosPolicy:
         key = (task, canvas)
         if key not in self._prompts:
             self._prompts[key] = action_prompt_ids(self.pipe, task, self.settings, canvas)[0]
-        rows = torch.zeros(self.settings.action_rows, self.action_dim)
+        rows = torch.zeros(self.settings.action_rows, self.action_dim, device=latents.device)
         if self.settings.use_state:
             if state is None:
                 raise ValueError("the policy puts the state first (use_state): [env] state_key must name it")
             if self.normalize_state:
                 state = normalize_actions(state, self.stats, self.normalization)
-            values = torch.as_tensor(np.asarray(state, dtype=np.float32)).reshape(-1)
+            values = torch.as_tensor(np.asarray(state, dtype=np.float32), device=rows.device).reshape(-1)
             rows[0, : values.numel()] = values
         return PolicyCall(self._prompts[key], latents.float(), rows)
 
@@ -133,9 +135,9 @@ class CosmosPolicy:
     def noisy(self, x0, a0, sigmas, noise, action_noise):
         """The forward process at `sigmas` [B]: x_t = sigma eps + (1 - sigma) x0 on the noisy frames and rows, the
         clean ones (frame 0, the state row) kept, channels past the raw width zero."""
-        s = sigmas.float().view(-1, *([1] * (x0.dim() - 1)))
+        s = sigmas.to(x0.device, torch.float32).view(-1, *([1] * (x0.dim() - 1)))
         latents = torch.where(self.frame_mask(x0), x0, s * noise + (1 - s) * x0)
-        s = sigmas.float().view(-1, 1, 1)
+        s = s.view(-1, 1, 1)
         actions = torch.where(self.row_mask(a0), a0, s * action_noise + (1 - s) * a0)
         actions[..., self.settings.raw_action_dim :] = 0
         return latents, actions
@@ -185,7 +187,11 @@ class CosmosPolicy:
         a0 = torch.stack([c.rows for c in calls])
         first_noise = generator if initial_noise is None else initial_noise
         latents, actions = self.noisy(
-            x0, a0, torch.ones(len(calls)), _normal(x0.shape, first_noise), _normal(a0.shape, first_noise)
+            x0,
+            a0,
+            torch.ones(len(calls)),
+            _normal(x0.shape, first_noise, x0.device),
+            _normal(a0.shape, first_noise, a0.device),
         )
         first, raw = self.first_action_row, self.settings.raw_action_dim
         states, log_probs = [(latents, actions)], {}
