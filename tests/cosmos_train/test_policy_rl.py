@@ -219,6 +219,13 @@ def test_the_caption_goes_through_the_frozen_reasoner_once(tmp_path):
     torch.testing.assert_close(cached["latents"], full["latents"], rtol=1e-4, atol=1e-5)
 
 
+def test_ema_warmup_reaches_the_policys_ema(tmp_path):
+    """`[nft] ema_warmup = false`: the EMA that evaluation and exports use averages at its decay from the first step."""
+    trainer, envs = trainer_for(write_job(tmp_path, "nft", section={"ema_warmup": False}))
+    envs.close()
+    assert trainer.ema.warmup is False and trainer.ema.get_decay() == 0.9
+
+
 @pytest.mark.parametrize("same_latent", [True, False])
 def test_same_latent_shares_a_starts_initial_noise(tmp_path, same_latent):
     """FlowGRPO's `same_latent`: the K episodes of one start begin each policy call from the same initial noise

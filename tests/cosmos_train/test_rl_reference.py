@@ -216,6 +216,32 @@ def test_old_policy_and_ema_decay_as_the_reference():
         torch.testing.assert_close(model.weight, torch.full((1, 2), 1 - 4 / 13))
 
 
+def test_an_ema_without_warmup_averages_from_the_first_step():
+    """`ema_warmup = false`: decay d at every step, so after n steps towards weights 1 the EMA is 1 - d^n (the ramp
+    would give 1 - prod((1 + s) / (10 + s)))."""
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.zero_()
+    ema = ExponentialAverage(model, 0.9, warmup=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    for step in range(1, 4):
+        ema.update(step)
+    with ema.swapped_in():
+        torch.testing.assert_close(model.weight, torch.full((1, 2), 1 - 0.9**3))
+
+
+@pytest.mark.parametrize("kind", ["nft", "flow-grpo"])
+def test_ema_warmup_reaches_the_trainers_ema(tmp_path, tiny, kind):
+    for warmup in (True, False):
+        job = write_rl_job(
+            tmp_path / f"{kind}-{warmup}", tiny("sd3"), kind=kind, algorithm={"ema_warmup": warmup}
+        )
+        trainer = build_diffusion_rl_trainer(read_job(job))
+        assert trainer.ema.warmup is warmup
+        assert trainer.ema.get_decay() == (0.1 if warmup else 0.9)  # at step 0: min(1 / 10, 0.9), or 0.9
+
+
 def test_copies_update_on_the_references_steps(tmp_path, tiny):
     """DiffusionNFT's old policy once per rollout, after its last update (2 updates: steps 2, 4, ...), its EMA
     after every step; FlowGRPO's EMA every 8 steps ((step + 1) % 8 == 0, `EMAModuleWrapper`)."""

@@ -190,14 +190,18 @@ class _CopyFiles:
 
 class ExponentialAverage(ParameterCopy):
     """The EMA of the trained weights, for evaluation, validation and exports. Its decay ramps up with the optimizer
-    step s as min((1 + s) / (10 + s), decay), as FlowGRPO's and DiffusionNFT's `EMAModuleWrapper`."""
+    step s as min((1 + s) / (10 + s), decay), as FlowGRPO's and DiffusionNFT's `EMAModuleWrapper`; without
+    `warmup` it is `decay` from the first step (the ramp averages about (s + 10) / 9 steps: 4 at step 24)."""
 
     filename = "ema.safetensors"
 
-    def __init__(self, model: torch.nn.Module, decay: float):
+    def __init__(self, model: torch.nn.Module, decay: float, warmup: bool = True):
+        self.warmup = warmup
         super().__init__(model, decay=decay)
 
     def get_decay(self) -> float:
+        if not self.warmup:
+            return self.decay
         step = self.global_step
         return min((1 + step) / (10 + step), self.decay)
 

@@ -50,6 +50,10 @@ class DiffusionJob(JobSchema):
         """The decay of the EMA of the trained weights the job keeps (None: none), from the kind's own section."""
         return None
 
+    def ema_warmup(self) -> bool:
+        """Whether the EMA's decay ramps up as the references' (`ExponentialAverage`)."""
+        return True
+
     def weight_copies(self) -> tuple[str, ...]:
         return ("ema",) if self.ema_decay() else ()
 

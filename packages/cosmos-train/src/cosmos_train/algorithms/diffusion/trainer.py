@@ -123,6 +123,7 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
         adapter: DiffusionAdapter,
         ema_decay: float | None = None,
         lora: dict | None = None,
+        ema_warmup: bool = True,
         ema_every: int = 1,
         weight_copies: tuple[str, ...] | None = None,
         **kwargs,
@@ -149,7 +150,8 @@ class DiffusionTrainer(CrashSafeTrainerMixin, Trainer):
         if ema_decay:
             # Every `ema_every` steps, at steps s with (s + 1) % ema_every == 0 (FlowGRPO's update_step_interval 8).
             self.ema = self.keep_updated(
-                ExponentialAverage(adapter.transformer, ema_decay), lambda step: (step + 1) % ema_every == 0
+                ExponentialAverage(adapter.transformer, ema_decay, ema_warmup),
+                lambda step: (step + 1) % ema_every == 0,
             )
 
     def keep_updated(self, copy: ParameterCopy, when: Callable[[int], bool] = every_step) -> ParameterCopy:

@@ -110,6 +110,16 @@ class RLEvalSection(PromptListData):
     )
 
 
+def ema_warmup_field() -> Any:
+    """The `ema_warmup` field of an RL algorithm's section (beside its `ema_decay`)."""
+    return Field(
+        True,
+        description="Ramp the EMA's decay up as min((1 + step) / (10 + step), ema_decay), the references' (it averages "
+        "about (step + 10) / 9 steps: 4 at step 24); false: ema_decay from the first step, an average over about "
+        "1 / (1 - ema_decay) steps for a short run.",
+    )
+
+
 def eval_field() -> Any:
     """The `eval` field of a diffusion RL job (absent: no evaluation); an algorithm with its own `[eval]` section
     re-declares it: `eval: TheEvalSection | None = eval_field()`."""

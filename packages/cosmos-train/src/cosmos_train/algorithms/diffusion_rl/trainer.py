@@ -52,6 +52,7 @@ class DiffusionRLTrainer(DiffusionTrainer):
             train_dataset=RolloutPrompts(train_dataset, args, updates),
             args=args,
             ema_decay=config.ema_decay(),
+            ema_warmup=config.ema_warmup(),
             weight_copies=copies,
             **kwargs,
         )

@@ -19,7 +19,13 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ...config import Section
-from ..diffusion_rl.schema import DiffusionRLJob, DiffusionRolloutSection, RLEvalSection, eval_field
+from ..diffusion_rl.schema import (
+    DiffusionRLJob,
+    DiffusionRolloutSection,
+    RLEvalSection,
+    ema_warmup_field,
+    eval_field,
+)
 
 STEP_CHOICES = ("timestep_fraction", "train_steps", "train_step_stride", "sde_window")
 
@@ -108,8 +114,9 @@ class FlowGRPOSection(Section):
         gt=0,
         lt=1,
         description="EMA of the trained weights for evaluation and export; its decay ramps up as "
-        "min((1 + step) / (10 + step), ema_decay).",
+        "min((1 + step) / (10 + step), ema_decay) (`ema_warmup`).",
     )
+    ema_warmup: bool = ema_warmup_field()
     ema_every: int = Field(
         8, gt=0, description="Update the EMA every this many optimizer steps (the reference: 8)."
     )
@@ -167,6 +174,9 @@ class FlowGRPOJob(DiffusionRLJob):
 
     def ema_decay(self) -> float | None:
         return self.flow_grpo.ema_decay
+
+    def ema_warmup(self) -> bool:
+        return self.flow_grpo.ema_warmup
 
     def kl_beta(self) -> float:
         return self.flow_grpo.kl_beta

@@ -12,7 +12,13 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from ...config import SOLVERS, Section
-from ..diffusion_rl.schema import DiffusionRLJob, DiffusionRolloutSection, RLEvalSection, eval_field
+from ..diffusion_rl.schema import (
+    DiffusionRLJob,
+    DiffusionRolloutSection,
+    RLEvalSection,
+    ema_warmup_field,
+    eval_field,
+)
 
 ADV_MODES = ("all", "positive_only", "negative_only", "one_only", "binary")
 
@@ -60,8 +66,9 @@ class NFTSection(Section):
         gt=0,
         lt=1,
         description="EMA of the trained weights for evaluation and export (not the old policy); its decay ramps "
-        "up as min((1 + step) / (10 + step), ema_decay).",
+        "up as min((1 + step) / (10 + step), ema_decay) (`ema_warmup`).",
     )
+    ema_warmup: bool = ema_warmup_field()
     adv_mode: Literal[ADV_MODES] = Field(
         "all",
         description="Which advantages train: all; positive_only / negative_only (the others count as 0); "
@@ -104,6 +111,9 @@ class NFTJob(DiffusionRLJob):
 
     def ema_decay(self) -> float | None:
         return self.nft.ema_decay
+
+    def ema_warmup(self) -> bool:
+        return self.nft.ema_warmup
 
     def kl_beta(self) -> float:
         return self.nft.kl_beta

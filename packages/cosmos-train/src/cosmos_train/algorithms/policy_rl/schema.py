@@ -222,6 +222,9 @@ class PolicyRLJob(DiffusionJob):
     def ema_decay(self) -> float | None:
         return self.algorithm_section().ema_decay
 
+    def ema_warmup(self) -> bool:
+        return self.algorithm_section().ema_warmup
+
     def kl_beta(self) -> float:
         return self.algorithm_section().kl_beta
 

@@ -84,6 +84,7 @@ class PolicyRLTrainer(DiffusionTrainer):
             args=args,
             lora=lora,
             ema_decay=config.ema_decay(),
+            ema_warmup=config.ema_warmup(),
             ema_every=ema_every,
             weight_copies=config.weight_copies(),
             **kwargs,
