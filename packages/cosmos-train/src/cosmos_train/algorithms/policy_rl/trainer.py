@@ -241,6 +241,7 @@ class PolicyRLTrainer(DiffusionTrainer):
             # The trained steps, or FlowGRPO-Fast's: the window the rollout drew, the steps with log-probs.
             trained_steps = self.section.trained_steps(levels) or sorted(calls[0]["log_probs"])
         device = calls[0]["latents"].device  # the policy's: its calls' tensors stay there
+        sigmas = torch.tensor(self.sigmas[:levels], dtype=torch.float32, device=device)
         for chunk in self.chosen_calls(calls, advantages):
             chunk_advantages = torch.stack([advantages[call["row"]] for call in chunk]).to(device)
             common = {
@@ -251,11 +252,10 @@ class PolicyRLTrainer(DiffusionTrainer):
                 x0 = torch.stack([call["latents"] for call in chunk])
                 a0 = torch.stack([call["actions"] for call in chunk])
                 r = optimality_probability(chunk_advantages, self.section.adv_clip_max, self.section.adv_mode)
-                chosen = torch.rand(len(chunk), levels).argsort(dim=1)[:, :steps]
-                sigmas = torch.tensor(self.sigmas[:levels], dtype=torch.float32, device=device)
+                chosen = torch.rand(len(chunk), levels).argsort(dim=1)[:, :steps].to(device)
                 for slot in range(steps):
                     batches.append(common | {
-                        "x0": x0, "a0": a0, "r": r, "sigmas": sigmas[chosen[:, slot].to(device)],
+                        "x0": x0, "a0": a0, "r": r, "sigmas": sigmas[chosen[:, slot]],
                         "noise": torch.randn_like(x0), "action_noise": torch.randn_like(a0),
                     })  # fmt: skip
             else:
