@@ -58,7 +58,7 @@ EXECUTE = CHUNK // 2  # actions run per policy call before it plans again (as co
 TRAIN_STARTS = (10_000_000, 10_000_512)  # reset seeds of the training starts: not among the SFT data's
 HELD_OUT = (20_000_000, 20_000_048)  # the held-out starts
 GAIN = 0.2  # the target: the base's held-out success + this
-ALGORITHMS = {"nft": "nft", "flow_grpo": "flow-grpo"}
+ALGORITHMS = {"nft": "nft", "flow_grpo": "flow-grpo", "ddrl": "ddrl"}
 # The episode's score: success, plus a dense term (how much of the way to the named target it closed), so that K
 # episodes of one start that all fail (or all succeed) still rank.
 REWARD = {"success_weight": 1.0, "progress_weight": 0.5}
@@ -98,6 +98,20 @@ SETTINGS = {
         },
         "lr": 5e-5,
     },
+    # DDRL: FlowGRPO-Fast's setting with its KL to the base replaced by the data term on the base's own SFT
+    # demonstrations (the distracted expert's, `demonstrations`); DATA_BETA below.
+    "ddrl": {
+        "section": {
+            "data_beta": 0.0,  # set below
+            "data_batch_size": 8,
+            "clip_range": 0.2,
+            "sde_window": 2,
+            "noise_level": 0.7,
+            "global_std": False,
+            "ema_every": 1,
+        },
+        "lr": 5e-5,
+    },
 }
 
 
@@ -110,6 +124,18 @@ def job(algorithm: str, base: Path, out: Path, steps: int, seed: int, starts: in
     settings = SETTINGS[algorithm]
     env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {"size": SIZE, **FLAWS[flaw]["env"]}.items())
     section, reward = _toml_lines(settings["section"]), _toml_lines(REWARD)
+    data = ""
+    if algorithm == "ddrl":  # its data term: the demonstrations the base learnt from, windows as it saw them
+        folder, episodes = demonstrations(flaw)
+        data = f"""[data]
+path = "{folder}"
+cameras = ["observation.images.top"]
+action_columns = ["action"]
+state_columns = ["observation.state"]
+episodes = {json.dumps(episodes)}
+stride = 2
+cache = true
+"""
     return f"""kind = "policy-rl"
 [model]
 name_or_path = "{base}"
@@ -130,7 +156,7 @@ train_batch_size = 8
 algorithm = "{ALGORITHMS[algorithm]}"
 [{algorithm}]
 {section}
-[eval]
+{data}[eval]
 seeds = "{held_out[0]}:{held_out[1]}"
 every = {every}
 on_start = {json.dumps(on_start)}
@@ -176,6 +202,23 @@ def build_base(folder: Path, flaw: str = SHIPPED_FLAW, seed: int = 0, steps: int
     record = {"seed": seed, "steps": steps, "flaw": flaw, **data, "train_episodes": demonstrations,
               "train_seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
     return ship_base(work / "policy" / "safetensors" / f"step_{steps}", folder, record)
+
+
+def demonstrations(flaw: str = SHIPPED_FLAW) -> tuple[Path, list[int]]:
+    """DDRL's data: the demonstrations the base learnt from (`build_base`'s dataset, written again from the base's
+    record, its seed and count, into results/partial/ when missing: about 4 minutes), and their episode indexes."""
+    record = check_base(base_folder(flaw))
+    folder = RESULTS / "partial" / f"cosmos3_policy_rl_demonstrations_{flaw}"
+    if not (folder / "split.json").is_file():
+        from domains.reach2d import write_dataset
+
+        building = folder.with_name(folder.name + ".building")
+        shutil.rmtree(building, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        write_dataset(building, seed=record["seed"], train_count=record["train_episodes"], held_out_count=16,
+                      size=SIZE, **FLAWS[flaw]["env"], **FLAWS[flaw]["data"])  # fmt: skip
+        building.rename(folder)  # whole or absent: a run never reads half a dataset
+    return folder, json.loads((folder / "split.json").read_text())["train"]
 
 
 def ship_base(export: Path, folder: Path, record: dict) -> Path:
@@ -280,7 +323,7 @@ def main() -> None:
     write_payload(args.out, payload)
     curves = {name: [run["curve"] for run in runs if run["algorithm"] == name] for name in ALGORITHMS}
     plot_curves(args.out.with_suffix(".png"), {k: v for k, v in curves.items() if v},
-                {"nft": "#c83c28", "flow_grpo": "#2860c8"},
+                {"nft": "#c83c28", "flow_grpo": "#2860c8", "ddrl": "#2a9d5c"},
                 (("step", "optimizer step"), ("train_env_steps", "training environment steps"),
                  ("train_seconds", "training seconds")),
                 ("success", "held-out closed-loop success"), payload["sft"]["success"], payload["target"])  # fmt: skip
@@ -308,7 +351,9 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--steps", type=int, help="optimizer steps per run, the fixed budget (default 24; quick: 2)"
     )
-    parser.add_argument("--algorithms", default="nft,flow_grpo", help="comma-separated: nft, flow_grpo")
+    parser.add_argument(
+        "--algorithms", default=",".join(ALGORITHMS), help=f"comma-separated: {', '.join(ALGORITHMS)}"
+    )
     parser.add_argument(
         "--build-base", action="store_true", help="rebuild the --flaw's base (the flawed expert's SFT policy)"
     )
@@ -334,7 +379,9 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     args.starts, args.samples = (2, 4) if args.quick else RECIPE
     args.every = 1 if args.quick else 4
     args.held_out = (HELD_OUT[0], HELD_OUT[0] + 8) if args.quick else HELD_OUT
-    published = bool(args.combine) or (not args.quick and args.seeds >= 3 and len(args.algorithms) == 2)
+    published = bool(args.combine) or (
+        not args.quick and args.seeds >= 3 and len(args.algorithms) == len(ALGORITHMS)
+    )
     name = "cosmos3_policy_rl" + ("" if args.flaw == SHIPPED_FLAW else f"_{args.flaw}")
     args.out = (args.out or default_out(name, published=published)).resolve()
     return args

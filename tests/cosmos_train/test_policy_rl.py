@@ -134,8 +134,14 @@ def trainer_for(job: Path):
     adapter, lora = load_for_training(read)
     train_action_heads(adapter.transformer, fresh=False)
     policy = policy_rl.policy_for(adapter, policy_rl.CosmosPolicy.settings_record(BASE))
+    demonstrations = None
+    if read.config.data is not None:
+        demonstrations = policy_rl.Demonstrations(read.config.data, policy)
     envs = policy_rl.vector_env(read.config.env, None, 4, 4)
-    return policy_rl.PolicyRLTrainer(adapter, read.config, policy, envs, read.args, lora=lora), envs
+    trainer = policy_rl.PolicyRLTrainer(
+        adapter, read.config, policy, envs, read.args, lora=lora, demonstrations=demonstrations
+    )
+    return trainer, envs
 
 
 def fast_job(folder: Path, window: int = 2, sampling_steps: int = 6) -> Path:
@@ -355,6 +361,79 @@ def test_a_run_exports_a_policy_and_resumes_bit_equal(tmp_path):
     ).read_text()
 
 
+@pytest.fixture(scope="module")
+def demonstrations(tmp_path_factory) -> Path:
+    """Two episodes of the distracted expert, as a LeRobot dataset (Reach2D's writer)."""
+    from domains.reach2d import write_dataset
+
+    root = tmp_path_factory.mktemp("demonstrations") / "reach2d"
+    return write_dataset(root, seed=0, train_count=2, held_out_count=0, size=128, colors=["red", "green"],
+                         goal="red", distracted=0.4)  # fmt: skip
+
+
+def ddrl_job(folder: Path, dataset: Path, **section) -> Path:
+    section = {
+        "data_beta": 0.5,
+        "data_batch_size": 2,
+        "drop_zero_advantage": False,
+        "timestep_fraction": 0.7,
+    } | section
+    job = write_job(folder, "ddrl", section=section)  # two of the three SDE steps trained
+    data = (f'[data]\npath = "{dataset}"\ncameras = ["observation.images.top"]\naction_columns = ["action"]\n'
+            'state_columns = ["observation.state"]\n')  # fmt: skip
+    job.write_text(job.read_text().replace("[train]\n", data + "[train]\n"))
+    return job
+
+
+def test_a_demonstration_window_is_the_datasets_actions_and_state(tmp_path, demonstrations):
+    """DDRL's data in closed loop: a window's action rows are the dataset's actions (read here with pyarrow), after
+    its state row, the channels past the raw width zero; its latents are the policy's own encoding (frame 0 as a
+    policy call encodes the window's first frame)."""
+    import pyarrow.parquet as pq
+
+    trainer, envs = trainer_for(ddrl_job(tmp_path, demonstrations))
+    envs.close()
+    table = pq.read_table(next((demonstrations / "data").rglob("*.parquet"))).to_pandas()
+    rows = table[table["episode_index"] == 1].sort_values("frame_index")
+    call, x0, a0 = trainer.demonstrations.sample((1, 3))
+    chunk = trainer.policy.settings.chunk_size
+    expected = np.stack(rows["action"].to_numpy()[3 : 3 + chunk])
+    assert a0.shape == (chunk + 1, trainer.policy.action_dim)
+    assert np.allclose(a0[1:, :2].numpy(), expected) and not a0[:, 2:].any()
+    assert np.allclose(a0[0, :2].numpy(), rows["observation.state"].to_numpy()[3])
+    assert torch.allclose(x0[:, :1], call.latents[:, :1], atol=1e-5) and x0[:, 1:].abs().sum() > 0
+    assert call.rows[0].equal(a0[0]) and not call.rows[1:].any()  # the call knows the state, not the actions
+
+
+def test_ddrl_adds_the_data_term_to_flow_grpos(tmp_path, demonstrations):
+    """Each micro-batch carries `data_batch_size` demonstration windows; its loss is FlowGRPO's clipped term plus
+    data_beta times the EDM-weighted data term at the trained step's level, whose gradient reaches the generator
+    (the future frames) and the action heads."""
+    trainer, envs = trainer_for(ddrl_job(tmp_path, demonstrations))
+    try:
+        calls, episodes = trainer.rollout([10000003, 10000003, 10000004, 10000004])
+        batches = trainer.micro_batches(calls, trainer.advantages(episodes))
+    finally:
+        envs.close()
+    assert len(batches) == trainer.micro_batches_per_rollout
+    model = trainer.model
+    for batch in batches:
+        data_calls, x0, a0 = batch["data"]
+        assert len(data_calls) == x0.shape[0] == a0.shape[0] == 2
+        torch.manual_seed(7)
+        total = trainer.compute_loss(model, batch)
+        clipped = trainer.flow_grpo_loss(model, batch)
+        torch.manual_seed(7)
+        data = trainer.data_loss(model, batch["data"], trainer.sigmas[batch["step"]])
+        assert data > 0 and torch.allclose(total, clipped + 0.5 * data, rtol=1e-5)
+    model.zero_grad()
+    trainer.data_loss(model, batches[0]["data"], trainer.sigmas[batches[0]["step"]]).backward()
+    grads = {name: p.grad is not None and p.grad.abs().sum() > 0 for name, p in model.named_parameters()
+             if p.requires_grad}  # fmt: skip
+    assert any(v for k, v in grads.items() if "action_proj_out" in k)
+    assert any(v for k, v in grads.items() if "proj_out" in k and "action" not in k)
+
+
 def test_bad_jobs_are_refused_in_one_line(tmp_path):
     job = write_job(tmp_path)
     for overrides, message in (
@@ -368,6 +447,19 @@ def test_bad_jobs_are_refused_in_one_line(tmp_path):
         result = cli_in_process("validate-config", job, *sets)
         assert result.returncode == 2, (overrides, result.stdout)
         assert message in result.stdout + result.stderr, (overrides, result.stdout + result.stderr)
+    ddrl = ddrl_job(tmp_path / "ddrl", tmp_path / "absent")
+    for overrides, message in (
+        (["rl.algorithm=nft"], "[data]: only [rl] algorithm = 'ddrl' reads demonstrations"),
+        ([], "[data] "),  # the dataset is not there
+    ):
+        sets = [arg for override in overrides for arg in ("--set", override)]
+        result = cli_in_process("validate-config", ddrl, *sets)
+        assert result.returncode == 2 and message in result.stdout + result.stderr, (
+            result.stdout + result.stderr
+        )
+    ddrl.write_text(ddrl.read_text().split("[data]")[0] + "[train]" + ddrl.read_text().split("[train]")[1])
+    result = cli_in_process("validate-config", ddrl)
+    assert result.returncode == 2 and "DDRL's data term needs demonstrations" in result.stdout + result.stderr
     job.write_text(job.read_text().replace('progress_key = "distance"\n', ""))
     result = cli_in_process("validate-config", job)
     assert (

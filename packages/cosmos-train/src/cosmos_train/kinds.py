@@ -160,19 +160,22 @@ Examples:
         run="cosmos_train.algorithms.policy_rl.trainer:run_policy_rl",
         family="diffusion",
         export="cosmos_train.algorithms.action_sft.trainer:export_action_run",
-        help="""Closed-loop RL of a Cosmos3 policy: DiffusionNFT or FlowGRPO on its own episodes in a gymnasium env.
+        help="""Closed-loop RL of a Cosmos3 policy: DiffusionNFT, FlowGRPO or DDRL on its own episodes in a gymnasium env.
 
 [model] is an action-sft policy export. [env] names the environment (package.module:callable) and how its
 observations feed the policy; per start state of [rollout] seeds, K episodes run side by side in worker processes,
 the policy re-planning from each new frame; each episode's success and progress ([reward]) become advantages per
-start state, shared by the episode's policy calls. [rl] algorithm picks nft ([nft]) or flow-grpo ([flow_grpo]).
-[eval] runs held-out starts. Needs pip install 'cosmos-train[envs]'.
+start state, shared by the episode's policy calls. [rl] algorithm picks nft ([nft]), flow-grpo ([flow_grpo]) or
+ddrl ([ddrl]: FlowGRPO's term plus a data term on [data]'s LeRobot demonstrations). [eval] runs held-out starts.
+Needs pip install 'cosmos-train[envs]'.
 
 Examples:
 
   cosmos-train policy-rl --config examples/policy_rl/tiny_reach2d_nft.toml
 
   cosmos-train policy-rl -c job.toml --set rl.algorithm=flow-grpo
+
+  cosmos-train policy-rl -c job_with_a_data_section.toml --set rl.algorithm=ddrl
 """,
     ),
     JobKind(

@@ -101,6 +101,30 @@ class CosmosPolicy:
             rows[0, : values.numel()] = values
         return PolicyCall(self._prompts[key], latents.float(), rows)
 
+    @torch.no_grad()
+    def demonstration(self, frames: np.ndarray, actions: np.ndarray, task: str, state: np.ndarray | None):
+        """A demonstration window (`chunk_size + 1` uint8 frames, `chunk_size` actions in the environment's units) as
+        a training sample: (its `PolicyCall`, the clean latents of every frame `[C, T, h, w]`, the clean action rows
+        `[action_rows, action_dim]`, the state row first when the policy puts one there)."""
+        from diffusers_cosmos3.action_units import normalize_actions
+        from diffusers_cosmos3.actions import conditioning_latents, pad_actions
+
+        x0, _ = conditioning_latents(self.pipe, frames, self.settings)
+        call = self.call(np.asarray(frames[0]), task, state)
+        if x0.shape != call.latents.shape:
+            raise ValueError(
+                f"a demonstration's latents are {tuple(x0.shape)}, a policy call's {tuple(call.latents.shape)}"
+            )
+        rows = torch.as_tensor(normalize_actions(actions, self.stats, self.normalization))
+        expected = (self.settings.chunk_size, self.settings.raw_action_dim)
+        if tuple(rows.shape) != expected:
+            raise ValueError(
+                f"a demonstration's actions are {tuple(rows.shape)}, the policy's chunk {expected}"
+            )
+        rows = pad_actions(rows, self.action_dim).to(call.rows.device)
+        a0 = torch.cat([call.rows[: self.first_action_row], rows])
+        return call, x0.float(), a0
+
     def to_env_units(self, actions: torch.Tensor) -> np.ndarray:
         """Sampled `[B, action_rows, action_dim]` rows as the environment's `[B, chunk, raw_action_dim]` actions."""
         from diffusers_cosmos3.action_units import denormalize_actions

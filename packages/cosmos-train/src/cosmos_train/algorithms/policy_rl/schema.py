@@ -4,9 +4,10 @@ on the outcomes of its own episodes in a gymnasium environment.
 `[model]` is an action-sft policy export (its `action_settings.json` says how it samples); `[env]` the environment
 (`package.module:callable`), how its observations feed the policy and what counts as success; `[rollout]` the
 start states and how many episodes each gets; `[reward]` how an episode is scored; `[rl]` the algorithm, whose
-own values are `[nft]` or `[flow_grpo]` (the same sections, and defaults, as the `nft` and `flow-grpo` kinds);
-`[eval]` held-out start states run during training. `[train]` takes `TrainingArguments` names;
-`per_device_train_batch_size` is the number of start states per rollout and process.
+own values are `[nft]` or `[flow_grpo]` (the same sections, and defaults, as the `nft` and `flow-grpo` kinds), or
+`[ddrl]` (FlowGRPO's values with DDRL's data term on the demonstrations of `[data]`, a LeRobot dataset); `[eval]`
+held-out start states run during training. `[train]` takes `TrainingArguments` names; `per_device_train_batch_size`
+is the number of start states per rollout and process.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import ActivationBatch, Section
+from ...config import ActivationBatch, LeRobotData, Section
 from ..diffusion.schema import DiffusionJob, DiffusionTrainSection
 from ..diffusion_rl.schema import REFERENCE_OPTIMIZER, RLLoraSection
 from ..flow_grpo.schema import FlowGRPOSection
 from ..nft.schema import NFTSection
 
-ALGORITHMS = ("nft", "flow-grpo")
+ALGORITHMS = ("nft", "flow-grpo", "ddrl")
 
 
 def seed_list(value: Any) -> Any:
@@ -153,7 +154,8 @@ class RLSection(Section):
     algorithm: Literal[ALGORITHMS] = Field(
         "nft",
         description="nft: DiffusionNFT on the calls' clean samples ([nft]); flow-grpo: FlowGRPO on the SDE steps of "
-        "the action tokens ([flow_grpo]).",
+        "the action tokens ([flow_grpo]); ddrl: FlowGRPO's term plus DDRL's data term on [data]'s demonstrations "
+        "([ddrl]).",
     )
     video_loss_weight: float = Field(
         0.0,
@@ -166,6 +168,30 @@ class RLSection(Section):
         description="Train only the actions the environment ran ([env] execute of the chunk), which the episode's "
         "score judged; the rest were sampled and never run. Off by default: on the Reach2D benchmark it made "
         "FlowGRPO fall faster and NFT gain less (README).",
+    )
+
+
+class PolicyDDRLSection(FlowGRPOSection):
+    """`[ddrl]`: DDRL in closed loop: FlowGRPO's keys, and DDRL's data term on the demonstrations of `[data]`.
+
+    DDRL (Ye et al. 2025, cosmos-rl's) keeps FlowGRPO's rollouts and clipped-ratio term and replaces the reverse KL to
+    the base with a forward one to the data: the action-sft flow-matching loss on demonstrations, EDM-weighted as
+    cosmos-rl's data term, at each trained SDE step's noise level (its `use_rl_sigma_and_noise`; the noise is drawn
+    afresh, as the demonstrations are not the rollout's)."""
+
+    kl_beta: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of FlowGRPO's KL to the frozen base; DDRL replaces it with the data term (0).",
+    )
+    data_beta: float = Field(
+        0.01,
+        ge=0,
+        description="Weight of the data term (cosmos-rl's 0.01): (sigma^2 + (1 - sigma)^2) times the squared "
+        "velocity error on a demonstration's actions plus that on its future frames.",
+    )
+    data_batch_size: int = Field(
+        8, gt=0, description="Demonstration windows per training forward (drawn at random, each micro-batch)."
     )
 
 
@@ -198,6 +224,12 @@ class PolicyRLJob(DiffusionJob):
     rl: RLSection = RLSection()
     nft: NFTSection = NFTSection()
     flow_grpo: FlowGRPOSection = FlowGRPOSection()
+    ddrl: PolicyDDRLSection = PolicyDDRLSection()
+    data: LeRobotData | None = Field(
+        None,
+        description="Demonstrations, a LeRobot dataset in the policy's units ([rl] algorithm = 'ddrl' only): windows "
+        "of the export's chunk, with its state row when it puts one first.",
+    )
     eval: PolicyEvalSection | None = Field(None, description="Held-out start states run during training.")
     train: DiffusionTrainSection
 
@@ -206,10 +238,19 @@ class PolicyRLJob(DiffusionJob):
 
     @model_validator(mode="after")
     def _sections_agree(self):
-        if self.rl.algorithm == "flow-grpo":
-            self.flow_grpo.check_steps(self.rollout.sampling_steps)
+        algorithm = self.rl.algorithm
+        if algorithm != "nft":
+            self.algorithm_section().check_steps(self.rollout.sampling_steps)
             if self.rl.video_loss_weight:
-                raise ValueError("[rl] video_loss_weight: FlowGRPO trains the action tokens' SDE steps only")
+                raise ValueError(
+                    f"[rl] video_loss_weight: {algorithm} trains the action tokens' SDE steps only"
+                )
+        if (algorithm == "ddrl") != (self.data is not None):
+            raise ValueError(
+                "[data]: DDRL's data term needs demonstrations (a LeRobot dataset)"
+                if algorithm == "ddrl"
+                else f"[data]: only [rl] algorithm = 'ddrl' reads demonstrations ({algorithm} does not)"
+            )
         if self.reward.progress_weight and self.env.progress_key is None:
             raise ValueError(
                 "[reward] progress_weight needs [env] progress_key (the info value progress is read from)"
@@ -217,7 +258,22 @@ class PolicyRLJob(DiffusionJob):
         return self
 
     def algorithm_section(self) -> Section:
-        return self.nft if self.rl.algorithm == "nft" else self.flow_grpo
+        return {"nft": self.nft, "flow-grpo": self.flow_grpo, "ddrl": self.ddrl}[self.rl.algorithm]
+
+    def lerobot_request(self) -> dict[str, Any]:
+        """What `[data]` must hold, as far as the job file says: the chunk (and whether a state row goes first) is the
+        export's, which `run_policy_rl` checks the windows against once it has read the export's settings."""
+        data = self.data
+        return {
+            "cameras": tuple(data.cameras),
+            "action_columns": tuple(data.action_columns),
+            "state_columns": tuple(data.state_columns),
+            "chunk_size": 1,
+            "layout": data.layout,
+            "representation": data.representation,
+            "normalization": data.normalization,
+            "tolerance_s": data.tolerance_s,
+        }
 
     def ema_decay(self) -> float | None:
         return self.algorithm_section().ema_decay
@@ -241,7 +297,7 @@ class PolicyRLJob(DiffusionJob):
         steps = sampling_steps or self.rollout.sampling_steps
         if self.rl.algorithm == "nft":
             return max(1, int(steps * self.nft.timestep_fraction))
-        return self.flow_grpo.trained_step_count(steps)
+        return self.algorithm_section().trained_step_count(steps)
 
     def rollout_chunks(self) -> int:
         return self.rollout.train_samples // self.rollout.train_batch_size

@@ -1,17 +1,17 @@
-"""Closed-loop RL of a Cosmos3 policy (`kind = "policy-rl"`): DiffusionNFT or FlowGRPO on the outcomes of the
+"""Closed-loop RL of a Cosmos3 policy (`kind = "policy-rl"`): DiffusionNFT, FlowGRPO or DDRL on the outcomes of the
 policy's own episodes in a gymnasium environment, on transformers' `Trainer`.
 
 The story of a rollout (`PolicyRLTrainer._prepare_inputs`), told as the prompt-based RL kinds tell theirs:
 1. episodes: per start state of the batch, K episodes, each in its own copy of the environment (worker processes,
    `environments.py`); at every re-plan the policy samples every running episode's chunk in one batch
-   (`policy.py`): DiffusionNFT's old policy on the flow ODE, or FlowGRPO's current policy with the SDE on the action
-   tokens, keeping its states and log-probs. Each policy call is kept with its clean sample;
+   (`policy.py`): DiffusionNFT's old policy on the flow ODE, or FlowGRPO's (and DDRL's) current policy with the SDE
+   on the action tokens, keeping its states and log-probs. Each policy call is kept with its clean sample;
 2. score: each episode's success, progress and return, weighted (`[reward]`), become advantages per start state
    as per prompt (`group_advantages`); every call of an episode carries its episode's advantage;
 3. micro-batches: `train_samples` calls, as many from each episode, in chunks of `train_batch_size`,
    each at the algorithm's training levels (NFT: random noise levels of the grid, the loss `nft_loss` on the action
    tokens, optionally the generated frames; FlowGRPO: each trained SDE step, the clipped ratio `clipped_policy_loss`
-   plus the KL `step_kl`);
+   plus the KL `step_kl`; DDRL: FlowGRPO's term plus the data term on demonstration windows, `data_loss`);
 4. the weight copies (NFT's old policy, the EMA, the KL reference), checkpoints and exports are the diffusion
    trainers' own (`DiffusionTrainer`); the export is a policy (`Cosmos3ActionPolicy.from_pretrained` loads it).
 `[eval]` runs held-out starts deterministically (Euler on the ODE, each episode's noise fixed), with the EMA weights
@@ -36,12 +36,14 @@ from ...diffusion.sampling import gaussian_log_prob, sde_mean, sde_std_t
 from ...diffusion.weights import OldPolicy, ParameterCopy
 from ...jobs import Job
 from ..common import train_and_save
+from ..ddrl.loss import edm_data_loss
 from ..diffusion.trainer import DiffusionTrainer, load_for_training
 from ..diffusion_rl.advantages import group_advantages_across
 from ..diffusion_rl.trainer import RolloutPrompts, frozen_base
 from ..flow_grpo.loss import clipped_policy_loss, step_kl
 from ..flow_grpo.trainer import draw_sde_steps
 from ..nft.loss import nft_loss, optimality_probability
+from .demonstrations import Demonstrations, stacked
 from .environments import Episode, run_episodes, vector_env
 from .policy import CosmosPolicy
 
@@ -71,12 +73,17 @@ def shared_initial_noise(seeds: list[int]):
 
 
 class PolicyRLTrainer(DiffusionTrainer):
-    def __init__(self, adapter, config, policy: CosmosPolicy, envs, args, lora=None, **kwargs):
+    def __init__(
+        self, adapter, config, policy: CosmosPolicy, envs, args, lora=None, demonstrations=None, **kwargs
+    ):
         self.config, self.policy, self.envs = config, policy, envs
         self.algorithm = config.rl.algorithm
         self.section = config.algorithm_section()
+        # FlowGRPO and DDRL sample the current policy with the SDE and train its steps' log-probs.
+        self.on_sde = self.algorithm != "nft"
+        self.demonstrations: Demonstrations | None = demonstrations  # DDRL's data
         updates = config.rollout.updates_per_rollout
-        ema_every = config.flow_grpo.ema_every if self.algorithm == "flow-grpo" else 1
+        ema_every = self.section.ema_every if self.on_sde else 1
         super().__init__(
             adapter,
             train_dataset=RolloutPrompts(config.rollout.seeds, args, updates),
@@ -132,11 +139,11 @@ class PolicyRLTrainer(DiffusionTrainer):
         if len(seeds) != self.envs.num_envs:
             raise ValueError(f"{len(seeds)} episodes for {self.envs.num_envs} copies of the environment")
         calls: list[dict] = []
-        flow_grpo = self.algorithm == "flow-grpo"
-        noise_level = self.section.noise_level if flow_grpo else None
-        initial_noise = shared_initial_noise(seeds) if flow_grpo and self.section.same_latent else None
+        on_sde = self.on_sde
+        noise_level = self.section.noise_level if on_sde else None
+        initial_noise = shared_initial_noise(seeds) if on_sde and self.section.same_latent else None
         # Every policy call of the rollout samples its SDE on the same steps (all, or FlowGRPO-Fast's window).
-        sde_steps = draw_sde_steps(self.section, len(self.sigmas) - 1) if flow_grpo else None
+        sde_steps = draw_sde_steps(self.section, len(self.sigmas) - 1) if on_sde else None
 
         def act(observations, tasks, rows, episodes):
             inputs = [self.policy_input(observations, task, i) for task, i in zip(tasks, rows, strict=True)]
@@ -145,14 +152,14 @@ class PolicyRLTrainer(DiffusionTrainer):
                 inputs,
                 self.sigmas,
                 noise_level=noise_level,
-                keep_trajectory=flow_grpo,
+                keep_trajectory=on_sde,
                 initial_noise=initial_noise(episodes) if initial_noise else None,
                 sde_steps=sde_steps,
             )
             for index, row in enumerate(rows):
                 call = {"row": int(row), "input": inputs[index], "latents": sample["latents"][index],
                         "actions": sample["actions"][index]}  # fmt: skip
-                if flow_grpo:
+                if on_sde:
                     call["states"] = [(v[index], a[index]) for v, a in sample["states"]]
                     call["log_probs"] = {step: lp[index] for step, lp in sample["log_probs"].items()}
                 calls.append(call)
@@ -220,7 +227,7 @@ class PolicyRLTrainer(DiffusionTrainer):
         for call in calls:
             by_episode[call["row"]].append(call)
         episodes = sorted(by_episode)
-        if self.algorithm == "flow-grpo" and self.section.drop_zero_advantage:
+        if self.on_sde and self.section.drop_zero_advantage:
             informative = [e for e in episodes if advantages[e] != 0]
             self._metrics["trained_fraction"].append(len(informative) / max(len(episodes), 1))
             episodes = informative or episodes
@@ -237,7 +244,7 @@ class PolicyRLTrainer(DiffusionTrainer):
         batches = []
         levels = len(self.sigmas) - 1
         steps = self.config.train_timesteps()
-        if self.algorithm == "flow-grpo":
+        if self.on_sde:
             # The trained steps, or FlowGRPO-Fast's: the window the rollout drew, the steps with log-probs.
             trained_steps = self.section.trained_steps(levels) or sorted(calls[0]["log_probs"])
         device = calls[0]["latents"].device  # the policy's: its calls' tensors stay there
@@ -266,7 +273,7 @@ class PolicyRLTrainer(DiffusionTrainer):
                         "actions": torch.stack([call["states"][step][1] for call in chunk]),
                         "next_actions": torch.stack([call["states"][step + 1][1] for call in chunk]),
                         "old_log_prob": torch.stack([call["log_probs"][step] for call in chunk]),
-                    })  # fmt: skip
+                    } | self.data_batch())  # fmt: skip
         return batches
 
     # --- the losses ---------------------------------------------------------------------------------------------
@@ -283,6 +290,10 @@ class PolicyRLTrainer(DiffusionTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss = self.nft_loss(model, inputs) if self.algorithm == "nft" else self.flow_grpo_loss(model, inputs)
+        if "data" in inputs:
+            data = self.data_loss(model, inputs["data"], self.sigmas[inputs["step"]])
+            self._metrics["data_loss"].append(data.item())
+            loss = loss + self.section.data_beta * data
         return (loss, None) if return_outputs else loss
 
     def nft_loss(self, model, inputs) -> torch.Tensor:
@@ -346,6 +357,31 @@ class PolicyRLTrainer(DiffusionTrainer):
             self._metrics["kl"].append(kl.item())
             loss = loss + algorithm.kl_beta * kl
         return loss.float()
+
+    def data_batch(self) -> dict:
+        """DDRL: the micro-batch's demonstration windows (`[ddrl] data_batch_size`, drawn at random); else nothing."""
+        if self.demonstrations is None:
+            return {}
+        return {"data": stacked(self.demonstrations.draw(self.section.data_batch_size))}
+
+    def data_loss(self, model, data, sigma: float) -> torch.Tensor:
+        """DDRL's data term on demonstrations (`edm_data_loss`, cosmos-rl's EDM-weighted flow-matching loss) at the
+        trained step's level `sigma` (its `use_rl_sigma_and_noise`; fresh noise): on the action rows past the state
+        row and their raw channels, plus on the future frames (frame 0 is clean), as action-sft trains both."""
+        calls, x0, a0 = data
+        sigmas = torch.full((len(calls),), float(sigma), device=x0.device)
+        noise, action_noise = torch.randn_like(x0), torch.randn_like(a0)
+        latents, actions = self.policy.noisy(x0, a0, sigmas, noise, action_noise)
+        v_theta, a_theta = self.policy.velocities(model, calls, latents, actions, sigmas)
+        rows = (
+            slice(None),
+            slice(self.policy.first_action_row, None),
+            slice(None, self.policy.settings.raw_action_dim),
+        )
+        frames = (slice(None), slice(None), slice(1, None))
+        return edm_data_loss(a_theta[rows], a0[rows], action_noise[rows], sigmas) + edm_data_loss(
+            v_theta[frames], x0[frames], noise[frames], sigmas
+        )
 
     # --- logs and exports ---------------------------------------------------------------------------------------
 
@@ -480,10 +516,15 @@ def run_policy_rl(job: Job, callbacks: list | None = None) -> PolicyRLTrainer:
         raise ConfigError(
             f"{job.source}: [env] execute {execute} is longer than the policy's chunk ({policy.settings.chunk_size})"
         )
+    demonstrations = None
+    if config.data is not None:
+        demonstrations = Demonstrations(config.data, policy, f"{job.source}: [data]")
+        logger.info("DDRL's data term: %d demonstration windows", len(demonstrations))
     count = config.starts_per_rollout(job.args) * config.rollout.samples_per_start
     envs = vector_env(config.env, Path(job.source).parent, count, execute)
     try:
-        trainer = PolicyRLTrainer(adapter, config, policy, envs, job.args, lora=lora, callbacks=callbacks)
+        trainer = PolicyRLTrainer(adapter, config, policy, envs, job.args, lora=lora, callbacks=callbacks,
+                                  demonstrations=demonstrations)  # fmt: skip
         train_and_save(trainer, job)
     finally:
         envs.close()
