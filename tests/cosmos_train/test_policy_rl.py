@@ -385,14 +385,24 @@ def ddrl_job(folder: Path, dataset: Path, **section) -> Path:
     return job
 
 
-def test_a_demonstration_window_is_the_datasets_actions_and_state(tmp_path, demonstrations):
+@pytest.fixture(scope="module")
+def ddrl_rollout(tmp_path_factory, demonstrations):
+    """A DDRL job's trainer and the micro-batches of one rollout (two starts, K 2)."""
+    trainer, envs = trainer_for(ddrl_job(tmp_path_factory.mktemp("ddrl"), demonstrations))
+    try:
+        calls, episodes = trainer.rollout([10000003, 10000003, 10000004, 10000004])
+        return trainer, trainer.micro_batches(calls, trainer.advantages(episodes))
+    finally:
+        envs.close()
+
+
+def test_a_demonstration_window_is_the_datasets_actions_and_state(ddrl_rollout, demonstrations):
     """DDRL's data in closed loop: a window's action rows are the dataset's actions (read here with pyarrow), after
     its state row, the channels past the raw width zero; its latents are the policy's own encoding (frame 0 as a
     policy call encodes the window's first frame)."""
     import pyarrow.parquet as pq
 
-    trainer, envs = trainer_for(ddrl_job(tmp_path, demonstrations))
-    envs.close()
+    trainer, _ = ddrl_rollout
     table = pq.read_table(next((demonstrations / "data").rglob("*.parquet"))).to_pandas()
     rows = table[table["episode_index"] == 1].sort_values("frame_index")
     call, x0, a0 = trainer.demonstrations.sample((1, 3))
@@ -405,16 +415,11 @@ def test_a_demonstration_window_is_the_datasets_actions_and_state(tmp_path, demo
     assert call.rows[0].equal(a0[0]) and not call.rows[1:].any()  # the call knows the state, not the actions
 
 
-def test_ddrl_adds_the_data_term_to_flow_grpos(tmp_path, demonstrations):
+def test_ddrl_adds_the_data_term_to_flow_grpos(ddrl_rollout):
     """Each micro-batch carries `data_batch_size` demonstration windows; its loss is FlowGRPO's clipped term plus
     data_beta times the EDM-weighted data term at the trained step's level, whose gradient reaches the generator
     (the future frames) and the action heads."""
-    trainer, envs = trainer_for(ddrl_job(tmp_path, demonstrations))
-    try:
-        calls, episodes = trainer.rollout([10000003, 10000003, 10000004, 10000004])
-        batches = trainer.micro_batches(calls, trainer.advantages(episodes))
-    finally:
-        envs.close()
+    trainer, batches = ddrl_rollout
     assert len(batches) == trainer.micro_batches_per_rollout
     model = trainer.model
     for batch in batches:
