@@ -1,5 +1,5 @@
-"""Closed-loop RL of a Cosmos3 policy (`cosmos-train policy-rl`): can DiffusionNFT and FlowGRPO improve a policy that
-a flawed expert taught, on the outcomes of its own episodes in Reach2D (`domains/reach2d`)? README, "Closed-loop RL
+"""Closed-loop RL of a Cosmos3 policy (`cosmos-train policy-rl`): can DiffusionNFT, FlowGRPO and DDRL improve a policy
+that a flawed expert taught, on the outcomes of its own episodes in Reach2D (`domains/reach2d`)? README, "Closed-loop RL
 of a Cosmos3 policy", has the table.
 
 The base (`benchmarks/cosmos3_policy_rl/base`, hash-checked; `--build-base` rebuilds it) is the SFT policy of
@@ -16,13 +16,15 @@ Each algorithm trains the base in full, from the same start, on training start s
 never used), K episodes per start, each episode scored by success plus a dense progress term (`REWARD`); the same
 budget of optimizer steps (so of rollouts), with held-out starts evaluated along the way (`[eval]`: one
 deterministic episode each). Reported: held-out success at the budget (mean and spread over seeds), and the
-environment steps and seconds to reach the target (base + 0.2).
+environment steps and seconds to reach the target (base + 0.2). DDRL's data term reads the demonstrations the base
+learnt from (`demonstrations`: the distracted expert's, so its data pulls towards the flaw as well as the base).
 
     python benchmarks/cosmos3_policy_rl.py [--quick] [--seed N] [--seeds 3] [--steps N] [--flaw F] [--out FILE]
+        [--algorithms nft,flow_grpo,ddrl]
     python benchmarks/cosmos3_policy_rl.py [--flaw F] --build-base     # the flawed expert's SFT policy (~20 min)
     python benchmarks/cosmos3_policy_rl.py --combine A.json B.json [--out FILE]
 
-Writes JSON (`sft`: the base's held-out `success`; `nft`, `flow_grpo`: `success` at the budget, its `_spread` and
+Writes JSON (`sft`: the base's held-out `success`; `nft`, `flow_grpo`, `ddrl`: `success` at the budget, its `_spread` and
 `_per_seed`, `by_step` (mean and spread at every evaluated step), `env_steps_to_target` and `seconds_to_target`,
 every run's curve) and a PNG of the curves (against optimizer steps, environment steps and seconds).
 """
@@ -99,10 +101,10 @@ SETTINGS = {
         "lr": 5e-5,
     },
     # DDRL: FlowGRPO-Fast's setting with its KL to the base replaced by the data term on the base's own SFT
-    # demonstrations (the distracted expert's, `demonstrations`); DATA_BETA below.
+    # demonstrations (the distracted expert's, `demonstrations`).
     "ddrl": {
         "section": {
-            "data_beta": 0.0,  # set below
+            "data_beta": 0.01,  # cosmos-rl's; 0.05 (the clipped term's gradient norm at the base) did no better (README)
             "data_batch_size": 8,
             "clip_range": 0.2,
             "sde_window": 2,
