@@ -439,6 +439,23 @@ def test_ddrl_adds_the_data_term_to_flow_grpos(ddrl_rollout):
     assert any(v for k, v in grads.items() if "proj_out" in k and "action" not in k)
 
 
+def test_each_process_draws_its_own_demonstrations(ddrl_rollout, monkeypatch):
+    """Under DDP every process holds the same global RNG: its DDRL windows must still differ from the others' (else
+    more processes would not mean more data), and repeat for the same RNG state (a resumed run)."""
+    trainer, _ = ddrl_rollout
+
+    monkeypatch.setattr(type(trainer.accelerator), "num_processes", property(lambda self: 2))
+
+    def windows(rank: int) -> list:
+        monkeypatch.setattr(type(trainer.accelerator), "process_index", property(lambda self: rank))
+        torch.manual_seed(3)
+        return [x0 for x0 in trainer.data_batch()["data"][1]]
+
+    first, again, other = windows(0), windows(0), windows(1)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))
+
+
 def test_bad_jobs_are_refused_in_one_line(tmp_path):
     job = write_job(tmp_path)
     for overrides, message in (

@@ -58,10 +58,11 @@ class Demonstrations:
     def __len__(self) -> int:
         return len(self.windows)
 
-    def draw(self, count: int) -> list[tuple[PolicyCall, torch.Tensor, torch.Tensor]]:
-        """`count` windows drawn at random (the global RNG: a resumed run draws the same), as (call, x0, a0)."""
+    def draw(self, count: int, shift: int = 0) -> list[tuple[PolicyCall, torch.Tensor, torch.Tensor]]:
+        """`count` windows drawn at random (the global RNG), each index moved by `shift` (modulo their number), as
+        (call, x0, a0)."""
         picks = torch.randint(len(self.windows), (count,)).tolist()
-        return [self.sample(self.windows[i]) for i in picks]
+        return [self.sample(self.windows[(i + shift) % len(self.windows)]) for i in picks]
 
     def sample(self, key: tuple[int, int]) -> tuple[PolicyCall, torch.Tensor, torch.Tensor]:
         if self.cache is not None and key in self.cache:

@@ -243,7 +243,8 @@ class PolicyRLJob(DiffusionJob):
             self.algorithm_section().check_steps(self.rollout.sampling_steps)
             if self.rl.video_loss_weight:
                 raise ValueError(
-                    f"[rl] video_loss_weight: {algorithm} trains the action tokens' SDE steps only"
+                    f"[rl] video_loss_weight is DiffusionNFT's: {algorithm}'s rollout term trains the action "
+                    "tokens' SDE steps only"
                 )
         if (algorithm == "ddrl") != (self.data is not None):
             raise ValueError(

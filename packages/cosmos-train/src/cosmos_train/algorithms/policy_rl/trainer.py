@@ -359,10 +359,14 @@ class PolicyRLTrainer(DiffusionTrainer):
         return loss.float()
 
     def data_batch(self) -> dict:
-        """DDRL: the micro-batch's demonstration windows (`[ddrl] data_batch_size`, drawn at random); else nothing."""
+        """DDRL: the micro-batch's demonstration windows (`[ddrl] data_batch_size`, drawn at random; else nothing).
+        Every process draws the same indexes from its global RNG (the same on all, and in a resumed run), each moved
+        by its own share of the windows, so that the processes train on different windows."""
         if self.demonstrations is None:
             return {}
-        return {"data": stacked(self.demonstrations.draw(self.section.data_batch_size))}
+        accelerator = self.accelerator
+        shift = accelerator.process_index * len(self.demonstrations) // accelerator.num_processes
+        return {"data": stacked(self.demonstrations.draw(self.section.data_batch_size, shift))}
 
     def data_loss(self, model, data, sigma: float) -> torch.Tensor:
         """DDRL's data term on demonstrations (`edm_data_loss`, cosmos-rl's EDM-weighted flow-matching loss) at the
