@@ -78,6 +78,8 @@ BUDGET = 24  # optimizer steps (= rollouts) per run
 # each start's own std (`global_std = false`; NFT seed 0 at step 8: 0.60, against 0.42 by the rollout's std). The EMA
 # (what [eval] scores) is updated every step for both, so that both curves show the current weights (FlowGRPO's
 # reference: every 8).
+# FlowGRPO-Fast's values, shared by FlowGRPO (with a KL to the base) and DDRL (with its data term instead).
+FLOW_GRPO_FAST = {"clip_range": 0.2, "sde_window": 2, "noise_level": 0.7, "global_std": False, "ema_every": 1}
 SETTINGS = {
     "nft": {
         "section": {
@@ -89,31 +91,11 @@ SETTINGS = {
         },
         "lr": 5e-5,
     },
-    "flow_grpo": {
-        "section": {
-            "kl_beta": 10.0,
-            "clip_range": 0.2,
-            "sde_window": 2,
-            "noise_level": 0.7,
-            "global_std": False,
-            "ema_every": 1,
-        },
-        "lr": 5e-5,
-    },
+    "flow_grpo": {"section": {"kl_beta": 10.0, **FLOW_GRPO_FAST}, "lr": 5e-5},
     # DDRL: FlowGRPO-Fast's setting with its KL to the base replaced by the data term on the base's own SFT
-    # demonstrations (the distracted expert's, `demonstrations`).
-    "ddrl": {
-        "section": {
-            "data_beta": 0.01,  # cosmos-rl's; 0.05 (the clipped term's gradient norm at the base) did no better (README)
-            "data_batch_size": 8,
-            "clip_range": 0.2,
-            "sde_window": 2,
-            "noise_level": 0.7,
-            "global_std": False,
-            "ema_every": 1,
-        },
-        "lr": 5e-5,
-    },
+    # demonstrations (the distracted expert's, `demonstrations`). data_beta: cosmos-rl's; 0.05 (the clipped term's
+    # gradient norm at the base) did no better (README).
+    "ddrl": {"section": {"data_beta": 0.01, "data_batch_size": 8, **FLOW_GRPO_FAST}, "lr": 5e-5},
 }
 
 

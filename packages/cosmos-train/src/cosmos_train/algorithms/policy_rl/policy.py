@@ -84,10 +84,16 @@ class CosmosPolicy:
 
     @torch.no_grad()
     def call(self, frame: np.ndarray, task: str, state: np.ndarray | None) -> PolicyCall:
-        from diffusers_cosmos3.action_units import normalize_actions
-        from diffusers_cosmos3.actions import action_prompt_ids, conditioning_latents
+        from diffusers_cosmos3.actions import conditioning_latents
 
         latents, canvas = conditioning_latents(self.pipe, [frame], self.settings, first_frame_only=True)
+        return self._call_on(latents, canvas, task, state)
+
+    def _call_on(self, latents: torch.Tensor, canvas, task: str, state: np.ndarray | None) -> PolicyCall:
+        """The call of a frame whose latents (frame 0; later frames zero) and canvas are known."""
+        from diffusers_cosmos3.action_units import normalize_actions
+        from diffusers_cosmos3.actions import action_prompt_ids
+
         key = (task, canvas)
         if key not in self._prompts:
             self._prompts[key] = action_prompt_ids(self.pipe, task, self.settings, canvas)[0]
@@ -105,16 +111,15 @@ class CosmosPolicy:
     def demonstration(self, frames: np.ndarray, actions: np.ndarray, task: str, state: np.ndarray | None):
         """A demonstration window (`chunk_size + 1` uint8 frames, `chunk_size` actions in the environment's units) as
         a training sample: (its `PolicyCall`, the clean latents of every frame `[C, T, h, w]`, the clean action rows
-        `[action_rows, action_dim]`, the state row first when the policy puts one there)."""
+        `[action_rows, action_dim]`, the state row first when the policy puts one there). The frames are encoded
+        once: the causal VAE's first latent frame is the call's (it sees the first frame alone)."""
         from diffusers_cosmos3.action_units import normalize_actions
         from diffusers_cosmos3.actions import conditioning_latents, pad_actions
 
-        x0, _ = conditioning_latents(self.pipe, frames, self.settings)
-        call = self.call(np.asarray(frames[0]), task, state)
-        if x0.shape != call.latents.shape:
-            raise ValueError(
-                f"a demonstration's latents are {tuple(x0.shape)}, a policy call's {tuple(call.latents.shape)}"
-            )
+        x0, canvas = conditioning_latents(self.pipe, frames, self.settings)
+        first = torch.zeros_like(x0)
+        first[:, :1] = x0[:, :1]
+        call = self._call_on(first, canvas, task, state)
         rows = torch.as_tensor(normalize_actions(actions, self.stats, self.normalization))
         expected = (self.settings.chunk_size, self.settings.raw_action_dim)
         if tuple(rows.shape) != expected:
