@@ -36,7 +36,8 @@ trap stop_side_jobs EXIT
 beside() {
   local log
   log="$(mktemp "${TMPDIR:-/tmp}/cosmos-$1.XXXXXX.log")"
-  OMP_NUM_THREADS=1 bash "scripts/$1.sh" >"$log" 2>&1 &
+  # Niced: mostly downloads and pip, they take the cores the suite leaves idle, not the learning tests' share.
+  OMP_NUM_THREADS=1 nice -n 10 bash "scripts/$1.sh" >"$log" 2>&1 &
   side_jobs+=($!)
   side_logs+=("$log")
 }
