@@ -111,10 +111,22 @@ def step(tip: np.ndarray, action: np.ndarray) -> np.ndarray:
 
 
 def _coverage(size: int, center: np.ndarray, radius: float, supersample: int) -> np.ndarray:
-    """The share of each pixel a disc covers, from `supersample`^2 points per pixel: sub-pixel positions show."""
-    points = (np.arange(size * supersample) + 0.5) / (size * supersample)
-    inside = ((points[None, :] - center[0]) ** 2 + (points[:, None] - center[1]) ** 2) <= radius**2
-    return inside.reshape(size, supersample, size, supersample).mean(axis=(1, 3))
+    """The share of each pixel a disc covers, from `supersample`^2 points per pixel: sub-pixel positions show.
+    Only the pixels of the disc's bounding box are sampled (the rest are 0): the same values, a fraction of the work."""
+    coverage = np.zeros((size, size), dtype=np.float64)
+    first = [max(0, int(np.floor((c - radius) * size))) for c in center]
+    stop = [min(size, int(np.ceil((c + radius) * size)) + 1) for c in center]
+    if stop[0] <= first[0] or stop[1] <= first[1]:
+        return coverage
+    points = [
+        (np.arange(a * supersample, b * supersample) + 0.5) / (size * supersample)
+        for a, b in zip(first, stop, strict=True)
+    ]
+    inside = ((points[0][None, :] - center[0]) ** 2 + (points[1][:, None] - center[1]) ** 2) <= radius**2
+    rows, cols = stop[1] - first[1], stop[0] - first[0]
+    box = inside.reshape(rows, supersample, cols, supersample).mean(axis=(1, 3))
+    coverage[first[1] : stop[1], first[0] : stop[0]] = box
+    return coverage
 
 
 def render(world: World, tip: np.ndarray | None = None, size: int = 32, supersample: int = 4) -> np.ndarray:
