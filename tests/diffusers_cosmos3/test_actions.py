@@ -16,6 +16,7 @@ from diffusers_cosmos3.actions import (
     action_prompt_ids,
     conditioning_latents,
     domain_id,
+    first_frame_latents,
     noised_sample,
     pad_actions,
     sample_action_chunk,
@@ -220,3 +221,24 @@ def test_a_policy_call_encodes_the_first_frame_alone(pipe, window, monkeypatch):
     )
     sample_action_chunk(pipe, settings, frames[0], TASK, num_inference_steps=1)
     assert encoded == [1]
+
+
+def test_current_frames_encoded_in_one_batch_are_each_frames_own_latents(pipe, window, monkeypatch):
+    """A rollout's current frames (one per running episode) are encoded in one autoencoder call, and each comes out
+    as its own first-frame-only encoding; frames on different canvases are refused."""
+    frames, _ = window
+    settings = ActionSettings("policy", CHUNK, DOMAIN, RAW_DIM, FPS, resolution_tier=256)
+    encoded = []
+    encode = pipe.vae.encode
+    monkeypatch.setattr(
+        pipe.vae, "encode", lambda x, *a, **k: encoded.append(x.shape[0]) or encode(x, *a, **k)
+    )
+    batch, canvas = first_frame_latents(pipe, list(frames[:3]), settings)
+    assert encoded == [3]
+    for frame, latents in zip(frames[:3], batch, strict=True):
+        alone, alone_canvas = conditioning_latents(pipe, frame, settings, first_frame_only=True)
+        assert alone_canvas == canvas
+        torch.testing.assert_close(latents, alone, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(batch[0], batch[1])  # each frame's own
+    with pytest.raises(ValueError, match="different canvases"):
+        first_frame_latents(pipe, [frames[0], frames[1][:, :16]], settings)

@@ -14,6 +14,7 @@ from diffusers_cosmos3.batched import (
     batched_outputs,
     pack_samples,
     per_sample_forward,
+    repack,
     per_sample_outputs,
 )
 from diffusers_cosmos3.testing import build_pipeline
@@ -280,3 +281,33 @@ def test_action_positions_follow_the_frames(action_pipeline):
             **pack_samples(action_pipeline, [dataclasses.replace(samples[0], domain_id=9)]).kwargs
         ).action[0]
     assert not torch.allclose(one, other)
+
+
+def test_repacking_new_noise_equals_packing_it(action_pipeline):
+    """A sampler's next step (new tokens and timesteps, the same calls) repacked on the previous step's positions
+    and indexes is exactly the batch `pack_samples` builds for it; samples laid out otherwise are refused."""
+    samples = make_action_samples(action_pipeline)
+    generator = torch.Generator().manual_seed(5)
+    later = [
+        dataclasses.replace(
+            s, noisy=torch.randn(s.noisy.shape, generator=generator), timestep=s.timestep / 2,
+            action_noisy=torch.randn(s.action_noisy.shape, generator=generator),
+        )
+        for s in samples
+    ]  # fmt: skip
+    expected = pack_samples(action_pipeline, later)
+    repacked = repack(action_pipeline, pack_samples(action_pipeline, samples), later)
+    assert repacked.kwargs.keys() == expected.kwargs.keys()
+    for key, value in expected.kwargs.items():
+        mine = repacked.kwargs[key]
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(mine, value), key
+        elif isinstance(value, list) and value and isinstance(value[0], torch.Tensor):
+            assert all(torch.equal(a, b) for a, b in zip(mine, value, strict=True)), key
+        else:
+            assert mine == value, key
+    assert (repacked.und_lengths, repacked.gen_lengths, repacked.prompts) == (
+        expected.und_lengths, expected.gen_lengths, expected.prompts,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="not laid out as the packed batch"):
+        repack(action_pipeline, expected, [dataclasses.replace(later[0], domain_id=9), *later[1:]])

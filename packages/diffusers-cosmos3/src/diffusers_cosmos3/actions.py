@@ -138,18 +138,39 @@ def conditioning_latents(
     frames zero: the causal VAE's first latent frame sees only the first frame, and a sampler that keeps only it
     clean (policy, forward dynamics) never reads the rest, so a policy call skips most of its encoding."""
     frames = _unit_pixels(frames)
+    if first_frame_only:
+        first = frames[:1] if isinstance(frames, list | tuple) or hasattr(frames, "shape") else [frames]
+        latents, canvas = first_frame_latents(pipe, [first], settings)
+        return latents[0], canvas
     device, dtype = pipe._execution_device, pipe.transformer.dtype
     video, image_size, height, width = pipe._prepare_action_video_conditioning(
         frames, settings.resolution_tier, settings.num_frames, device=device, dtype=dtype
     )
-    if first_frame_only:
-        first = pipe._encode_video(video[:, :, :1]).contiguous().float()
-        latent_frames = (settings.num_frames - 1) // pipe.vae_scale_factor_temporal + 1
-        latents = torch.nn.functional.pad(first, (0, 0, 0, 0, 0, latent_frames - 1))  # zero later frames
-    else:
-        latents = pipe._encode_video(video).contiguous().float()
+    latents = pipe._encode_video(video).contiguous().float()
     latents = pipe._remove_action_video_padding_from_latent(latents, image_size)
     return latents[0], (height, width)
+
+
+def first_frame_latents(pipe, frames, settings: ActionSettings) -> tuple[torch.Tensor, tuple[int, int]]:
+    """`conditioning_latents(..., first_frame_only=True)` of several current frames at once, `[B, C, T, h, w]`,
+    and their canvas: each frame is laid on the canvas as upstream lays a clip's first frame, and all are encoded in
+    one autoencoder call (a batch of one-frame clips: the causal VAE's first latent frame sees that frame alone).
+    `frames`: one frame each, in any form `conditioning_latents` takes; all of one size (one canvas)."""
+    device, dtype = pipe._execution_device, pipe.transformer.dtype
+    clips, sizes = [], set()
+    for frame in frames:
+        # One frame is a whole clip to upstream: it is placed on the canvas as the clip's first frame would be.
+        clip, image_size, height, width = pipe._prepare_action_video_conditioning(
+            _unit_pixels(frame), settings.resolution_tier, 1, device=device, dtype=dtype
+        )
+        clips.append(clip[:, :, :1])
+        sizes.add((tuple(image_size.tolist()), height, width))
+    if len(sizes) != 1:
+        raise ValueError(f"the frames lie on different canvases ({sorted(sizes)}): encode them apart")
+    first = pipe._encode_video(torch.cat(clips)).contiguous().float()
+    latent_frames = (settings.num_frames - 1) // pipe.vae_scale_factor_temporal + 1
+    latents = torch.nn.functional.pad(first, (0, 0, 0, 0, 0, latent_frames - 1))  # zero later frames
+    return pipe._remove_action_video_padding_from_latent(latents, image_size), (height, width)
 
 
 def _unit_pixels(frames):

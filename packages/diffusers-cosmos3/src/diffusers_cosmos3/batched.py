@@ -133,6 +133,9 @@ class Cosmos3PackedBatch:
     und_lengths: list[int]
     gen_lengths: list[int]
     prompts: list[tuple[int, ...]] = field(default_factory=list)
+    # Per sample, what fixes its positions and indexes (`_layout`): `repack` keeps them when only noise changes.
+    layouts: list[tuple] = field(default_factory=list)
+    noisy_counts: list[tuple[int, int]] = field(default_factory=list)  # noisy (vision, action) tokens
 
 
 def _batched(latent: torch.Tensor) -> torch.Tensor:
@@ -226,7 +229,53 @@ def pack_samples(pipeline, samples: Sequence[Cosmos3TrainingSample]) -> Cosmos3P
         und_lengths=[t["und_len"] for t in texts],
         gen_lengths=gen_lengths,
         prompts=[tuple(int(i) for i in s.input_ids) for s in samples],
+        layouts=[_layout(s) for s in samples],
+        noisy_counts=[
+            (v["num_noisy_vision_tokens"], actions[i]["num_noisy_action_tokens"] if actions else 0)
+            for i, v in enumerate(visions)
+        ],
     )
+
+
+def _layout(sample: Cosmos3TrainingSample) -> tuple:
+    """Everything of a sample that its packed positions, indexes and lengths depend on (not its values)."""
+    action = None
+    if sample.has_action:
+        action = (tuple(sample.action_x0.shape), tuple(sample.clean_action_steps()), sample.domain_id,
+                  sample.action_start_offset)  # fmt: skip
+    return (tuple(int(i) for i in sample.input_ids), tuple(_batched(sample.x0).shape),
+            tuple(sample.clean_frames()), float(sample.fps), action)  # fmt: skip
+
+
+def repack(
+    pipeline, packed: Cosmos3PackedBatch, samples: Sequence[Cosmos3TrainingSample]
+) -> Cosmos3PackedBatch:
+    """`pack_samples(pipeline, samples)` for samples laid out as `packed`'s (the same prompts, shapes, clean frames
+    and steps: a sampler's next step, or the same inputs for another model), reusing its positions and indexes:
+    only the tokens and timesteps are new."""
+    layouts = [_layout(s) for s in samples]
+    if layouts != packed.layouts:
+        raise ValueError("repack: the samples are not laid out as the packed batch's; pack them anew")
+    transformer = pipeline.transformer
+    device, dtype = transformer.device, transformer.dtype
+    kwargs = dict(packed.kwargs)
+    kwargs["vision_tokens"] = [s.latents().to(device=device, dtype=dtype) for s in samples]
+    kwargs["vision_timesteps"] = torch.cat(
+        [
+            torch.full((n,), float(s.timestep), device=device)
+            for s, (n, _) in zip(samples, packed.noisy_counts, strict=True)
+        ]
+    )
+    if "action_tokens" in kwargs:
+        kwargs["action_tokens"] = [s.actions().to(device=device, dtype=dtype) for s in samples]
+        kwargs["action_timesteps"] = torch.cat(
+            [
+                torch.full((n,), float(s.timestep), device=device)
+                for s, (_, n) in zip(samples, packed.noisy_counts, strict=True)
+            ]
+        )
+    return Cosmos3PackedBatch(kwargs, packed.und_lengths, packed.gen_lengths, packed.prompts, packed.layouts,
+                              packed.noisy_counts)  # fmt: skip
 
 
 def _action_segment(

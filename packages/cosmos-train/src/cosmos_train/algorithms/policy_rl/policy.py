@@ -84,10 +84,18 @@ class CosmosPolicy:
 
     @torch.no_grad()
     def call(self, frame: np.ndarray, task: str, state: np.ndarray | None) -> PolicyCall:
-        from diffusers_cosmos3.actions import conditioning_latents
+        return self.calls([frame], [task], [state])[0]
 
-        latents, canvas = conditioning_latents(self.pipe, [frame], self.settings, first_frame_only=True)
-        return self._call_on(latents, canvas, task, state)
+    @torch.no_grad()
+    def calls(self, frames: list[np.ndarray], tasks: list[str], states: list) -> list[PolicyCall]:
+        """The calls of several current frames (one per running episode), their latents encoded in one batch."""
+        from diffusers_cosmos3.actions import first_frame_latents
+
+        latents, canvas = first_frame_latents(self.pipe, frames, self.settings)
+        return [
+            self._call_on(x, canvas, task, state)
+            for x, task, state in zip(latents, tasks, states, strict=True)
+        ]
 
     def _call_on(self, latents: torch.Tensor, canvas, task: str, state: np.ndarray | None) -> PolicyCall:
         """The call of a frame whose latents (frame 0; later frames zero) and canvas are known."""
@@ -137,11 +145,11 @@ class CosmosPolicy:
         chunk = actions[:, self.first_action_row :, : self.settings.raw_action_dim].float().cpu().numpy()
         return denormalize_actions(chunk, self.stats, self.normalization)
 
-    def velocities(self, transformer, calls: list[PolicyCall], latents, actions, sigmas):
-        """The transformer's vision and action velocities `[B, ...]` at noise levels `sigmas` [B] (zero at clean
-        frames and rows, upstream's convention); `transformer` may be wrapped (DDP, DeepSpeed)."""
+    def pack(self, calls: list[PolicyCall], latents, actions, sigmas, like=None):
+        """The transformer's packed input for the calls at `latents` / `actions` and noise levels `sigmas` [B];
+        `like`, a batch packed for the same calls before (a sampler's previous step), lends its positions."""
         from diffusers_cosmos3.actions import loop_sample
-        from diffusers_cosmos3.batched import batched_outputs, pack_samples
+        from diffusers_cosmos3.batched import pack_samples, repack
 
         dtype = self.pipe.transformer.dtype
         samples = [
@@ -155,7 +163,17 @@ class CosmosPolicy:
             )
             for i, call in enumerate(calls)
         ]
-        outputs = batched_outputs(transformer, pack_samples(self.pipe, samples), cache=self.reasoner_cache)
+        return pack_samples(self.pipe, samples) if like is None else repack(self.pipe, like, samples)
+
+    def velocities(self, transformer, calls: list[PolicyCall], latents, actions, sigmas, packed=None):
+        """The transformer's vision and action velocities `[B, ...]` at noise levels `sigmas` [B] (zero at clean
+        frames and rows, upstream's convention); `transformer` may be wrapped (DDP, DeepSpeed). `packed`: these
+        inputs as `pack` packed them (the frozen and trained predictions of one micro-batch share one)."""
+        from diffusers_cosmos3.batched import batched_outputs
+
+        if packed is None:
+            packed = self.pack(calls, latents, actions, sigmas)
+        outputs = batched_outputs(transformer, packed, cache=self.reasoner_cache)
         vision = torch.stack([v.reshape(latents.shape[1:]) for v in outputs.sample]).float()
         action = torch.stack(list(outputs.action)).float()
         action[..., self.settings.raw_action_dim :] = 0
@@ -223,12 +241,12 @@ class CosmosPolicy:
             _normal(a0.shape, first_noise, a0.device),
         )
         first, raw = self.first_action_row, self.settings.raw_action_dim
-        states, log_probs = [(latents, actions)], {}
+        states, log_probs, packed = [(latents, actions)], {}, None
         for j in range(len(sigmas) - 1):
             sigma, sigma_next = sigmas[j], sigmas[j + 1]
-            v_vision, v_action = self.velocities(
-                transformer, calls, latents, actions, torch.full((len(calls),), sigma)
-            )
+            # Every step packs the same calls: the first step's positions and indexes serve them all.
+            packed = self.pack(calls, latents, actions, torch.full((len(calls),), sigma), like=packed)
+            v_vision, v_action = self.velocities(transformer, calls, latents, actions, None, packed=packed)
             latents = latents + (sigma_next - sigma) * v_vision
             if noise_level is None or (sde_steps is not None and j not in sde_steps):
                 actions = actions + (sigma_next - sigma) * v_action

@@ -146,7 +146,7 @@ class PolicyRLTrainer(DiffusionTrainer):
         sde_steps = draw_sde_steps(self.section, len(self.sigmas) - 1) if on_sde else None
 
         def act(observations, tasks, rows, episodes):
-            inputs = [self.policy_input(observations, task, i) for task, i in zip(tasks, rows, strict=True)]
+            inputs = self.policy_inputs(observations, tasks, rows)
             sample = self.policy.sample(
                 self.adapter.transformer,
                 inputs,
@@ -174,12 +174,14 @@ class PolicyRLTrainer(DiffusionTrainer):
         self.env_steps_done += sum(e.steps for e in episodes)
         return calls, episodes
 
-    def policy_input(self, observations: dict, task: str, row: int):
+    def policy_inputs(self, observations: dict, tasks: list[str], rows) -> list:
+        """The policy calls of the running copies `rows`, their frames encoded in one batch."""
         env = self.config.env
-        state = None
+        states = [None] * len(rows)
         if self.policy.settings.use_state:
-            state = observations[env.state_key][row]
-        return self.policy.call(np.asarray(observations[env.image_key][row]), task, state)
+            states = [observations[env.state_key][row] for row in rows]
+        frames = [np.asarray(observations[env.image_key][row]) for row in rows]
+        return self.policy.calls(frames, tasks, states)
 
     # --- 2. scores and advantages -----------------------------------------------------------------------------
 
@@ -300,15 +302,18 @@ class PolicyRLTrainer(DiffusionTrainer):
         policy, nft = self.policy, self.section
         calls, sigmas, x0, a0 = inputs["inputs"], inputs["sigmas"], inputs["x0"], inputs["a0"]
         latents, actions = policy.noisy(x0, a0, sigmas, inputs["noise"], inputs["action_noise"])
+        packed = policy.pack(calls, latents, actions, sigmas)  # one input for the three predictions
         # The frozen predictions first: swapping weights after the trained forward would touch its graph.
         with torch.no_grad():
             with self.old_policy.swapped_in():
-                v_old, a_old = policy.velocities(self.adapter.transformer, calls, latents, actions, sigmas)
+                v_old, a_old = policy.velocities(
+                    self.adapter.transformer, calls, latents, actions, sigmas, packed
+                )
             a_reference = None
             if nft.kl_beta > 0:
                 with self.reference() as reference:
-                    a_reference = policy.velocities(reference, calls, latents, actions, sigmas)[1]
-        v_theta, a_theta = policy.velocities(model, calls, latents, actions, sigmas)
+                    a_reference = policy.velocities(reference, calls, latents, actions, sigmas, packed)[1]
+        v_theta, a_theta = policy.velocities(model, calls, latents, actions, sigmas, packed)
         part = self.action_part
         loss = nft_loss(part(a_theta), part(a_old), part(actions), part(a0), sigmas, inputs["r"], nft.beta,
                         nft.adv_clip_max)  # fmt: skip
@@ -335,11 +340,12 @@ class PolicyRLTrainer(DiffusionTrainer):
         std_t = sde_std_t(sigma, algorithm.noise_level, self.sigmas[1])
         part = self.action_part
         mean_reference = None
+        packed = policy.pack(calls, latents, actions, levels)  # one input for both predictions
         if algorithm.kl_beta > 0:
             with torch.no_grad(), self.reference() as reference:
-                a_reference = policy.velocities(reference, calls, latents, actions, levels)[1]
+                a_reference = policy.velocities(reference, calls, latents, actions, levels, packed)[1]
                 mean_reference = sde_mean(part(actions), part(a_reference), sigma, sigma_next, std_t)
-        a_theta = policy.velocities(model, calls, latents, actions, levels)[1]
+        a_theta = policy.velocities(model, calls, latents, actions, levels, packed)[1]
         mean = sde_mean(part(actions), part(a_theta), sigma, sigma_next, std_t)
         log_prob = gaussian_log_prob(
             part(inputs["next_actions"]), mean, std_t * math.sqrt(sigma - sigma_next)
@@ -453,9 +459,7 @@ class PolicyEvaluation(TrainerCallback):
         generators = {}
 
         def act(observations, tasks, rows, episodes):
-            inputs = [
-                trainer.policy_input(observations, task, i) for task, i in zip(tasks, rows, strict=True)
-            ]
+            inputs = trainer.policy_inputs(observations, tasks, rows)
             for e in episodes.tolist():
                 if e not in generators:  # an episode's first call
                     generators[e] = torch.Generator().manual_seed(self.section.seed * 1_000_003 + e)
