@@ -10,7 +10,8 @@ action distribution, and a start's K episodes disagree: a systematic mistake tha
 (On 64 demonstrations the policy made the choice a function of the layout instead, and its episodes of one start
 all went the same way: README.) Its transformer starts from the seed's untrained one, its autoencoder is
 `cosmos3_policy`'s shipped one. `--flaw slow` uses (and `--build-base` builds, into results/partial/) the base of a
-*slow* expert instead (`expert.SLOW_PACE`: straight at the red target at 0.6 of the expert's speed).
+*slow* expert instead (`expert.SLOW_PACE`: straight at the red target at 0.6 of the expert's speed), `--flaw coin_flip`
+that of a *coin-flip* expert (`expert.COIN_FLIP`: the distracted expert at half its demonstrations).
 
 Each algorithm trains the base in full, from the same start, on training start states (reset seeds the SFT data
 never used), K episodes per start, each episode scored by success plus a dense progress term (`REWARD`); the same
@@ -40,7 +41,7 @@ import time
 from pathlib import Path
 
 from _common import RESULTS, default_out, first_reaching, plot_curves, run_job, write_payload
-from domains.reach2d.expert import DISTRACTED, SLOW_PACE
+from domains.reach2d.expert import COIN_FLIP, DISTRACTED, SLOW_PACE
 
 SHIPPED = Path(__file__).resolve().parent / "cosmos3_policy_rl" / "base"
 SIZE, CHUNK = 128, 8
@@ -51,6 +52,11 @@ FLAWS = {
     "distracted": {
         "env": {"colors": ["red", "green"], "goal": "red"},
         "data": {"distracted": DISTRACTED},
+        "demonstrations": 256,
+    },
+    "coin_flip": {
+        "env": {"colors": ["red", "green"], "goal": "red"},
+        "data": {"distracted": COIN_FLIP},
         "demonstrations": 256,
     },
     "slow": {"env": {"colors": ["red"]}, "data": {"pace": SLOW_PACE}, "demonstrations": 64},
