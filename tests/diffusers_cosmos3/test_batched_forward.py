@@ -14,8 +14,8 @@ from diffusers_cosmos3.batched import (
     batched_outputs,
     pack_samples,
     per_sample_forward,
-    repack,
     per_sample_outputs,
+    repack,
 )
 from diffusers_cosmos3.testing import build_pipeline
 
