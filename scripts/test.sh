@@ -21,9 +21,14 @@ export DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$PWD/.torch_extensions"
 
 uv run --frozen ruff check .
 uv run --frozen ruff format --check .
-# Beside the main suite: the vLLM plugin tests in their own environment (scripts/test-vllm.sh) and the install path
-# a user takes (scripts/test-install.sh: plain pip, clean venvs, outside the repo; INSTALL_CHECK=0 skips it), each
-# mostly downloads, imports and pip. Their logs are printed, and their results count, at the end.
+# Two pytest-xdist workers, one per core, each torch at one thread; tests/conftest.py keeps a module's tests on one
+# worker and runs the launches of two ranks one at a time. TEST_WORKERS=0 runs the suite in one process.
+status=0
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" uv run --frozen pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@" || status=$?
+# After it, side by side: the vLLM plugin tests in their own environment (scripts/test-vllm.sh) and the install path a
+# user takes (scripts/test-install.sh: plain pip, clean venvs, outside the repo; INSTALL_CHECK=0 skips it). Run beside
+# the suite they were starved of CPU (niced) or slowed its learning tests (not niced), and a starved export ran past
+# the vLLM test's 600 s limit; after it they take about 3 minutes here (59 s and 158 s alone, their envs cached).
 side_jobs=()
 side_logs=()
 stop_side_jobs() {
@@ -33,20 +38,15 @@ stop_side_jobs() {
   done
 }
 trap stop_side_jobs EXIT
-beside() {
+side_job() {
   local log
   log="$(mktemp "${TMPDIR:-/tmp}/cosmos-$1.XXXXXX.log")"
-  # Niced: mostly downloads and pip, they take the cores the suite leaves idle, not the learning tests' share.
-  OMP_NUM_THREADS=1 nice -n 10 bash "scripts/$1.sh" >"$log" 2>&1 &
+  OMP_NUM_THREADS=1 bash "scripts/$1.sh" >"$log" 2>&1 &
   side_jobs+=($!)
   side_logs+=("$log")
 }
-beside test-vllm
-if [ "${INSTALL_CHECK:-1}" != 0 ]; then beside test-install; fi
-# Two pytest-xdist workers, one per core, each torch at one thread; tests/conftest.py keeps a module's tests on one
-# worker and runs the launches of two ranks one at a time. TEST_WORKERS=0 runs the suite in one process.
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" uv run --frozen pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@"
-status=0
+side_job test-vllm
+if [ "${INSTALL_CHECK:-1}" != 0 ]; then side_job test-install; fi
 for i in "${!side_jobs[@]}"; do
   wait "${side_jobs[$i]}" || status=$?
   cat "${side_logs[$i]}"
