@@ -277,6 +277,24 @@ def test_length_weight_ranks_a_starts_successes_by_how_soon(tmp_path):
     assert advantages[0] > 0 > advantages[1] and advantages[2] == advantages[3] == 0
 
 
+def test_success_completes_progress_leaves_a_starts_successes_unranked(tmp_path):
+    """With `success_completes_progress`, a success's progress is 1 whatever residual distance it stopped at, so K
+    successes of one start score alike (advantage 0) instead of their stopping points' noise being scaled by the
+    start's tiny std to full-size advantages; failures still rank by how close they came."""
+    from cosmos_train.algorithms.policy_rl.environments import Episode
+
+    episodes = [Episode(1, True, 9, 1.0, 0.97), Episode(1, True, 9, 1.0, 0.92),
+                Episode(2, False, 23, 0.0, 0.6), Episode(2, False, 23, 0.0, 0.4)]  # fmt: skip
+    per_start = {"global_std": False}  # each start's own std, as the benchmark normalises
+    trainer, envs = trainer_for(write_job(tmp_path, section=per_start, reward={"success_completes_progress": True}))
+    envs.close()
+    assert trainer.score(episodes).tolist() == pytest.approx([1.5, 1.5, 0.3, 0.2])
+    advantages = trainer.advantages(episodes)
+    assert advantages[0] == advantages[1] == 0 and advantages[2] > 0 > advantages[3]
+    measured, envs = trainer_for(write_job(tmp_path / "measured", section=per_start))
+    envs.close()
+    assert abs(measured.advantages(episodes)[0]) > 0.9  # by default the residual distance ranks them
+
 @pytest.mark.parametrize("algorithm", ["nft", "flow-grpo"])
 def test_executed_actions_only_trains_the_actions_the_environment_ran(tmp_path, algorithm):
     """`[rl] executed_actions_only`: the loss's gradient reaches the chunk's first `[env] execute` actions (4 of 8),

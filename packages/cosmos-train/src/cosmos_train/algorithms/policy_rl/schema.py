@@ -133,6 +133,12 @@ class RewardSection(Section):
         description="Weight of progress (1 - final / initial [env] progress_key): a dense term, so that K episodes "
         "that all fail (or all succeed) still rank by how close they came.",
     )
+    success_completes_progress: bool = Field(
+        False,
+        description="A successful episode's progress counts as 1 (the goal reached), not as the residual distance "
+        "it ended at: K episodes of one start that all succeed then differ only by length_weight, not by where "
+        "inside the goal region each stopped.",
+    )
     return_weight: float = Field(0.0, ge=0, description="Weight of the environment's summed reward.")
     length_weight: float = Field(
         0.0,

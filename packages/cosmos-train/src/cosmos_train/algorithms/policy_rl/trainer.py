@@ -187,10 +187,11 @@ class PolicyRLTrainer(DiffusionTrainer):
 
     def score(self, episodes: list[Episode]) -> torch.Tensor:
         weights = self.config.reward
+        complete = weights.success_completes_progress
         scores = torch.tensor(
             [
                 weights.success_weight * e.success
-                + weights.progress_weight * (e.progress or 0.0)
+                + weights.progress_weight * (1.0 if complete and e.success else (e.progress or 0.0))
                 + weights.return_weight * e.env_return
                 - weights.length_weight * e.steps
                 for e in episodes
