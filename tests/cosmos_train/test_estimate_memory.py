@@ -3,7 +3,7 @@
 What is measured: each job trains 2 optimizer steps in a child process of its own (plain SFT, full fine-tuning,
 float32, no gradient checkpointing). The child imports every library the run needs (torch, transformers, TRL,
 datasets, the trainer), reads the job, and takes its resident set size (RSS) as the baseline; it then runs the
-job and reports its peak RSS (`ru_maxrss`) minus that baseline: the model's weights, its gradients, AdamW's state
+job and reports its peak RSS (`VmHWM`) minus that baseline: the model's weights, its gradients, AdamW's state
 and the activations, plus the little the run allocates besides (the tokenised data, Python objects). That is
 what the estimate's peak claims for one device; it must agree within 20%.
 
@@ -24,7 +24,7 @@ import memory_table  # benchmarks/ (pytest's pythonpath): the README's memory ta
 import pytest
 
 CHILD = r"""
-import json, os, resource, sys
+import json, os, sys
 import torch, transformers, trl, datasets  # noqa: F401  (imported before the baseline)
 from cosmos_train.jobs import read_job
 import cosmos_train.algorithms.sft.trainer  # noqa: F401
@@ -33,10 +33,16 @@ def rss():
     with open("/proc/self/statm") as handle:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
+def peak_rss():
+    # VmHWM: this process image's own peak. Not ru_maxrss, which Linux carries from the parent across fork (or vfork)
+    # and exec, so it reported the pytest worker's peak whenever that was the larger.
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmHWM:"))
+
 job = read_job(sys.argv[1])
 baseline = rss()
 job.run()
-print("MEASURED", json.dumps({"baseline": baseline, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+print("MEASURED", json.dumps({"baseline": baseline, "peak": peak_rss()}))
 """
 
 SIZES = {
