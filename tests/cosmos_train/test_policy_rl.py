@@ -286,7 +286,9 @@ def test_success_completes_progress_leaves_a_starts_successes_unranked(tmp_path)
     episodes = [Episode(1, True, 9, 1.0, 0.97), Episode(1, True, 9, 1.0, 0.92),
                 Episode(2, False, 23, 0.0, 0.6), Episode(2, False, 23, 0.0, 0.4)]  # fmt: skip
     per_start = {"global_std": False}  # each start's own std, as the benchmark normalises
-    trainer, envs = trainer_for(write_job(tmp_path, section=per_start, reward={"success_completes_progress": True}))
+    trainer, envs = trainer_for(
+        write_job(tmp_path, section=per_start, reward={"success_completes_progress": True})
+    )
     envs.close()
     assert trainer.score(episodes).tolist() == pytest.approx([1.5, 1.5, 0.3, 0.2])
     advantages = trainer.advantages(episodes)
@@ -294,6 +296,7 @@ def test_success_completes_progress_leaves_a_starts_successes_unranked(tmp_path)
     measured, envs = trainer_for(write_job(tmp_path / "measured", section=per_start))
     envs.close()
     assert abs(measured.advantages(episodes)[0]) > 0.9  # by default the residual distance ranks them
+
 
 @pytest.mark.parametrize("algorithm", ["nft", "flow-grpo"])
 def test_executed_actions_only_trains_the_actions_the_environment_ran(tmp_path, algorithm):
