@@ -4,7 +4,7 @@ named one, and how fast the tip moved (its step length, and the part of it towar
 taken farther than a target's radius from it). The expert's step is `expert.SPEEDS` x `world.MAX_STEP` (0.035 to
 0.05). README, "Closed-loop RL of a Cosmos3 policy", quotes it on the base and on an NFT export.
 
-    python benchmarks/cosmos3_policy_rl_diagnose.py [EXPORT ...] [--episodes K] [--out FILE]
+    python benchmarks/cosmos3_policy_rl_diagnose.py [EXPORT ...] [--episodes K] [--starts A:B] [--out FILE]
 
 EXPORT: policy exports (default: the shipped base). Writes JSON, one entry per export (default: results/partial/).
 """
@@ -96,17 +96,33 @@ def summary(found: list[dict]) -> dict:
     }
 
 
+def starts(text: str) -> tuple[int, int]:
+    try:
+        first, end = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not A:B (reset seeds A to B - 1)") from None
+    if end <= first:
+        raise argparse.ArgumentTypeError(f"{text!r} names no start (B must exceed A)")
+    return first, end
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "exports", nargs="*", type=Path, default=[SHIPPED], help="policy exports (default: the base)"
     )
-    parser.add_argument("--episodes", type=int, default=2, help="stochastic episodes per held-out start")
+    parser.add_argument("--episodes", type=int, default=2, help="stochastic episodes per start")
+    parser.add_argument(
+        "--starts",
+        type=starts,
+        default=HELD_OUT,
+        help="reset seeds A:B (default: the benchmark's held-out starts)",
+    )
     parser.add_argument("--out", type=Path, default=default_out("cosmos3_policy_rl_diagnose", False))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    seeds = list(range(*HELD_OUT))
-    payload = {"benchmark": "cosmos3_policy_rl_diagnose", "held_out": list(HELD_OUT), "episodes_per_start": args.episodes,
+    seeds = list(range(*args.starts))
+    payload = {"benchmark": "cosmos3_policy_rl_diagnose", "starts": list(args.starts), "episodes_per_start": args.episodes,
                "policies": {}}  # fmt: skip
     for export in args.exports:
         payload["policies"][str(export)] = found = summary(episodes(export.resolve(), args.episodes, seeds))
