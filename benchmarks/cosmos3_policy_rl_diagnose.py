@@ -96,14 +96,14 @@ def summary(found: list[dict]) -> dict:
     }
 
 
-def starts(text: str) -> tuple[int, int]:
+def starts(text: str) -> list[int]:
+    """`--starts A:B`, parsed as a job's `seeds` are."""
+    from cosmos_train.algorithms.policy_rl.schema import seed_list
+
     try:
-        first, end = (int(part) for part in text.split(":"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not A:B (reset seeds A to B - 1)") from None
-    if end <= first:
-        raise argparse.ArgumentTypeError(f"{text!r} names no start (B must exceed A)")
-    return first, end
+        return seed_list(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main() -> None:
@@ -115,14 +115,14 @@ def main() -> None:
     parser.add_argument(
         "--starts",
         type=starts,
-        default=HELD_OUT,
-        help="reset seeds A:B (default: the benchmark's held-out starts)",
+        default=f"{HELD_OUT[0]}:{HELD_OUT[1]}",
+        help="reset seeds A:B, B excluded (default: the benchmark's held-out starts)",
     )
     parser.add_argument("--out", type=Path, default=default_out("cosmos3_policy_rl_diagnose", False))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    seeds = list(range(*args.starts))
-    payload = {"benchmark": "cosmos3_policy_rl_diagnose", "starts": list(args.starts), "episodes_per_start": args.episodes,
+    seeds = args.starts
+    payload = {"benchmark": "cosmos3_policy_rl_diagnose", "starts": [seeds[0], seeds[-1] + 1], "episodes_per_start": args.episodes,
                "policies": {}}  # fmt: skip
     for export in args.exports:
         payload["policies"][str(export)] = found = summary(episodes(export.resolve(), args.episodes, seeds))

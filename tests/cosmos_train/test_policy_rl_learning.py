@@ -2,7 +2,7 @@
 policy: 21 of 48 held-out starts reach the red target) raises held-out success by more than three times its
 spread over seeds.
 
-The benchmark's recipe (64 episodes a rollout, no KL) needs about 28 steps (15 minutes) before its gain clears
+The benchmark's recipe (64 episodes a rollout, no KL) needs about 28 steps (some 10 minutes alone) before its gain clears
 three times its spread, so the test runs `benchmarks/cosmos3_policy_rl.py`'s earlier recipe, which gains sooner and
 steadier on less: 16 episodes a rollout (4 starts x K 4), 32 policy calls trained, a KL to the base (`kl_beta = 1`).
 It is that recipe's seed-0 run cut at LEARNING_STEPS and evaluated once, at its end; its evaluation before training
